@@ -1,0 +1,1 @@
+"""specdec_lib: the library behind the specdec course on speculative decoding."""
