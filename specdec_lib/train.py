@@ -1,0 +1,170 @@
+"""Reproduce the embedded model family from scratch: ``python -m specdec_lib.train``.
+
+Stages (each logged, seeded): collect the stdlib corpus and write its manifest →
+train tokenizers A and B → tokenise → train the target (with an early-exit loss) →
+train the draft on the corpus, then distil it from the target → train draft B on
+tokenizer B → measure every model and write the cards (:mod:`specdec_lib.training.cards`).
+
+``--quick`` trains tiny versions on a slice of the corpus in seconds: the pipeline's
+own test uses it. The full family takes about 35–40 minutes on 2 CPU cores.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from .training.corpus import collect_stdlib_sources, corpus_manifest, split_files, write_manifest
+from .training.model_training import ModelSpec, build_model, train_model, validation_loss
+from .training.tokenizer_training import (
+    EOS_TOKEN,
+    save_tokenizer,
+    train_tokenizer_a,
+    train_tokenizer_b,
+    wrap_for_transformers,
+)
+
+REPO_DATA = Path(__file__).resolve().parent.parent / "data"
+
+
+@dataclass(frozen=True)
+class FamilySpec:
+    """Everything that defines the family: tokenizer sizes, model specs, corpus size, seed."""
+
+    vocab_a: int
+    vocab_b: int
+    target: ModelSpec
+    draft: ModelSpec
+    draft_b: ModelSpec
+    max_files: int | None = None
+    seed: int = 1234
+    threads: int = 2
+    extra: dict = field(default_factory=dict)
+
+
+FULL = FamilySpec(
+    vocab_a=4096,
+    vocab_b=3072,
+    target=ModelSpec(layers=8, hidden=192, intermediate=512, heads=4, context=512, steps=1400, batch_size=6,
+                     learning_rate=2e-3, early_exit_layer=2, early_exit_weight=0.3),
+    draft=ModelSpec(layers=1, hidden=192, intermediate=512, heads=4, context=512, steps=1000, batch_size=6,
+                    learning_rate=3e-3, distill_steps=400),
+    draft_b=ModelSpec(layers=1, hidden=192, intermediate=512, heads=4, context=512, steps=1000, batch_size=6,
+                      learning_rate=3e-3),
+)
+
+QUICK = FamilySpec(
+    vocab_a=300,
+    vocab_b=300,
+    target=ModelSpec(layers=2, hidden=32, intermediate=64, heads=2, context=64, steps=3, batch_size=2,
+                     learning_rate=1e-3, warmup_steps=1, early_exit_layer=1, early_exit_weight=0.3),
+    draft=ModelSpec(layers=1, hidden=32, intermediate=64, heads=2, context=64, steps=3, batch_size=2,
+                    learning_rate=1e-3, warmup_steps=1, distill_steps=2),
+    draft_b=ModelSpec(layers=1, hidden=32, intermediate=64, heads=2, context=64, steps=3, batch_size=2,
+                      learning_rate=1e-3, warmup_steps=1),
+    max_files=12,
+)
+
+
+def _tokenize(tokenizer, texts: list[str]) -> torch.Tensor:
+    """Concatenate the files' token ids with EOS between them: a 1-D int32 tensor."""
+    eos = tokenizer.convert_tokens_to_ids(EOS_TOKEN)
+    ids: list[int] = []
+    for encoding in tokenizer.backend_tokenizer.encode_batch(texts, add_special_tokens=False):
+        ids.extend(encoding.ids)
+        ids.append(eos)
+    return torch.tensor(ids, dtype=torch.int32)
+
+
+def _save(model, tokenizer, folder: Path) -> None:
+    """Weights in fp16 on disk (half the bytes; reloaded as fp32 they give the same greedy text)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    model.to(torch.float16).save_pretrained(folder)
+    model.to(torch.float32)
+    save_tokenizer(tokenizer, folder)
+
+
+def train_family(spec: FamilySpec, out_dir: Path, work_dir: Path) -> dict:
+    """Run every stage; models go to ``out_dir/<name>``, logs and intermediate checkpoints to ``work_dir``."""
+    torch.set_num_threads(spec.threads)
+    started = time.perf_counter()
+    log: list[dict] = []
+    files = collect_stdlib_sources(max_files=spec.max_files)
+    train_files, val_files = split_files(files)
+    manifest = corpus_manifest(train_files, val_files)
+    write_manifest(manifest, out_dir / "corpus_manifest.json")
+    print(f"corpus: {manifest['train_files']} train files ({manifest['train_bytes'] / 1e6:.1f} MB), "
+          f"{manifest['validation_files']} validation files", flush=True)
+
+    train_texts = [f.text for f in train_files]
+    val_texts = [f.text for f in val_files]
+    context = max(spec.target.context, spec.draft.context, spec.draft_b.context)
+    tok_a = wrap_for_transformers(train_tokenizer_a(train_texts, spec.vocab_a), context)
+    tok_b = wrap_for_transformers(train_tokenizer_b(train_texts, spec.vocab_b), context)
+    data = {name: (_tokenize(tok, train_texts), _tokenize(tok, val_texts)) for name, tok in (("a", tok_a), ("b", tok_b))}
+    print(f"tokens: A train {data['a'][0].numel():,} val {data['a'][1].numel():,}; "
+          f"B train {data['b'][0].numel():,} val {data['b'][1].numel():,}", flush=True)
+
+    summaries = {}
+    eos_a, eos_b = tok_a.convert_tokens_to_ids(EOS_TOKEN), tok_b.convert_tokens_to_ids(EOS_TOKEN)
+    target = build_model(spec.target, len(tok_a), eos_a, spec.seed)
+    summaries["target"] = train_model(target, spec.target, data["a"][0], seed=spec.seed, name="target", log=log)
+    _save(target, tok_a, out_dir / "target")
+
+    draft = build_model(spec.draft, len(tok_a), eos_a, spec.seed + 1)
+    draft_lm_only = ModelSpec(**{**spec.draft.__dict__, "distill_steps": 0})
+    summaries["draft_corpus_only"] = train_model(draft, draft_lm_only, data["a"][0], seed=spec.seed + 1,
+                                                 name="draft", log=log)
+    _save(draft, tok_a, work_dir / "draft_corpus_only")
+    if spec.draft.distill_steps:
+        distill_only = ModelSpec(**{**spec.draft.__dict__, "steps": 0})
+        summaries["draft"] = train_model(draft, distill_only, data["a"][0], seed=spec.seed + 2, name="draft",
+                                         teacher=target, log=log)
+    _save(draft, tok_a, out_dir / "draft")
+
+    draft_b = build_model(spec.draft_b, len(tok_b), eos_b, spec.seed + 3)
+    summaries["draft_b"] = train_model(draft_b, spec.draft_b, data["b"][0], seed=spec.seed + 3, name="draft_b", log=log)
+    _save(draft_b, tok_b, out_dir / "draft_b")
+
+    val = {
+        "target": validation_loss(target, data["a"][1], spec.target.context),
+        "target_early_exit": validation_loss(target, data["a"][1], spec.target.context,
+                                             exit_layer=spec.target.early_exit_layer),
+        "draft": validation_loss(draft, data["a"][1], spec.draft.context),
+        "draft_b": validation_loss(draft_b, data["b"][1], spec.draft_b.context),
+    }
+    val_bytes = manifest["validation_bytes"]
+    report = {
+        "seed": spec.seed,
+        "threads": spec.threads,
+        "torch": torch.__version__,
+        "total_seconds": round(time.perf_counter() - started, 1),
+        "training": summaries,
+        "validation_loss_nats_per_token": {k: round(v, 4) for k, v in val.items()},
+        "validation_tokens": {"a": data["a"][1].numel(), "b": data["b"][1].numel()},
+        "validation_bytes": val_bytes,
+    }
+    work_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "training_report.json").write_text(json.dumps(report, indent=2) + "\n")
+    (out_dir / "training_log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in log))
+    print(json.dumps(report["validation_loss_nats_per_token"], indent=2), flush=True)
+    print(f"done in {report['total_seconds'] / 60:.1f} min", flush=True)
+    return report
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m specdec_lib.train", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=REPO_DATA / "models", help="where the models go (default: data/models)")
+    parser.add_argument("--work", type=Path, default=Path("runs"), help="intermediate checkpoints (not committed)")
+    parser.add_argument("--quick", action="store_true", help="tiny models on a corpus slice (seconds; for tests)")
+    args = parser.parse_args(argv)
+    train_family(QUICK if args.quick else FULL, args.out, args.work)
+
+
+if __name__ == "__main__":
+    main()
