@@ -1,0 +1,45 @@
+"""`python -m specdec_lib COMMAND [ARGS...]`.
+
+Each command is a module with ``main(argv) -> int`` that parses its own
+arguments; it is imported only when it runs, so one broken command cannot stop
+the others. To add a command, add one line to COMMANDS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import Sequence
+
+# name -> (module with main(argv) -> int, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "doctor": ("specdec_lib.doctor", "check the environment, the device and the embedded models"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m specdec_lib",
+        description="Command-line tools of the specdec course.",
+        epilog="Run `python -m specdec_lib COMMAND --help` for a command's options.",
+    )
+    parser.add_argument(
+        "command",
+        choices=sorted(COMMANDS),
+        metavar="COMMAND",
+        help="; ".join(f"{name}: {help_}" for name, (_, help_) in sorted(COMMANDS.items())),
+    )
+    parser.add_argument("args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    module_name, _ = COMMANDS[args.command]
+    module = importlib.import_module(module_name)
+    return int(module.main(args.args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
