@@ -1,0 +1,102 @@
+"""Where tensors live and how runs are made reproducible and timed honestly.
+
+The course runs unchanged on a laptop CPU, an Apple GPU (mps) or an NVIDIA GPU (cuda): notebooks ask
+`get_device()` instead of hard-coding a device. GPU kernels run asynchronously, so a timer read right after a
+forward would measure only the kernel *launch*; `synchronize()` waits for the device before every timestamp.
+"""
+
+import os
+import random
+
+import torch
+
+from .errors import ConfigError
+
+DEVICE_ENV_VAR = "SPECDEC_DEVICE"
+
+
+def _available_devices() -> list[str]:
+    """Names of the devices usable here, best first, e.g. ``["cuda:0", "cpu"]``."""
+    names = [f"cuda:{index}" for index in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
+    if torch.backends.mps.is_available():
+        names.append("mps")
+    names.append("cpu")
+    return names
+
+
+def _resolve(request: str, source: str) -> torch.device:
+    """Turn a requested device name into an available `torch.device`, or explain why it cannot be used."""
+    available = ", ".join(_available_devices())
+    try:
+        device = torch.device(request)
+    except (RuntimeError, ValueError):
+        raise ConfigError(
+            f"{source} asks for device {request!r}, which is not a valid device name. "
+            f"Use one of: {available}."
+        ) from None
+    if device.type == "cpu":
+        return torch.device("cpu")
+    if device.type == "cuda" and torch.cuda.is_available():
+        index = torch.cuda.current_device() if device.index is None else device.index
+        if index < torch.cuda.device_count():
+            return torch.device("cuda", index)
+    if device.type == "mps" and torch.backends.mps.is_available():
+        return torch.device("mps", 0)
+    raise ConfigError(
+        f"{source} asks for device {request!r}, which is not available on this machine. Use one of: {available}."
+    )
+
+
+def get_device(prefer: torch.device | str | None = None) -> torch.device:
+    """The device to run on: cuda > mps > cpu, unless told otherwise.
+
+    Precedence: the ``prefer`` argument, then the ``SPECDEC_DEVICE`` environment variable (e.g. ``"cpu"``,
+    ``"cuda"``, ``"cuda:1"``), then the best available device. A requested device that is invalid or not
+    available raises `ConfigError` naming it and listing what is available, rather than silently falling back.
+    """
+    if prefer is not None:
+        return _resolve(str(prefer), "get_device(prefer=...)")
+    from_env = os.environ.get(DEVICE_ENV_VAR, "").strip()
+    if from_env:
+        return _resolve(from_env, f"The environment variable {DEVICE_ENV_VAR}")
+    return _resolve(_available_devices()[0], "The automatic device choice")
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python's `random`, NumPy (when installed) and torch (CPU and every GPU) with one integer.
+
+    Used at the top of notebooks so that sampled outputs and random-weight models are the same on every run.
+    Generation functions take their own ``seed`` for a private `torch.Generator`; this seeds the global state.
+    """
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ConfigError(f"seed must be an integer, got {seed!r}. Pass a whole number such as 0 or 1234.")
+    random.seed(seed)
+    try:
+        import numpy
+    except ImportError:
+        pass
+    else:
+        numpy.random.seed(seed % 2**32)  # NumPy accepts only 0 <= seed < 2**32
+    torch.manual_seed(seed)  # also seeds cuda and mps generators
+    if torch.cuda.is_available():
+        torch.cuda.manual_seed_all(seed)
+
+
+def synchronize(device: torch.device | str) -> None:
+    """Wait until all queued work on ``device`` has finished, so the next timestamp is honest; no-op on cpu."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
+
+
+def describe_device(device: torch.device | str) -> str:
+    """A short human-readable description, e.g. ``"cpu (2 threads)"`` or ``"cuda:0 (NVIDIA H200)"``."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        index = torch.cuda.current_device() if device.index is None else device.index
+        return f"cuda:{index} ({torch.cuda.get_device_name(index)})"
+    if device.type == "mps":
+        return "mps (Apple GPU)"
+    return f"{device.type} ({torch.get_num_threads()} threads)"

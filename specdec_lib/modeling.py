@@ -1,0 +1,189 @@
+"""The one place that runs a model forward with a KV cache, and the cache bookkeeping around it.
+
+Speculative decoding lives on the KV cache: the target scores a whole block of drafted tokens in one forward
+appended to its cache, then *rolls the cache back* past the first rejected token. Everything else in the
+library goes through the four functions here, because transformers moved this API between 5.x releases:
+
+- the forward's cache keyword is ``cache=`` in 5.24 but ``past_key_values=`` in 5.17 (and in 4.57 ``cache=``
+  is silently swallowed by ``**kwargs``!), so the keyword is read from the forward's signature, never assumed;
+- ``DynamicCache.crop(max_length)`` with a positive length raises in 5.24, while ``crop(-n)`` (remove the
+  last n tokens) works in every version, so rollback is written with a negative count.
+
+Batch size 1 is the supported case throughout the library (speculative decoding accepts a different number
+of tokens per sequence, which needs ragged caches); `check_input_ids` refuses anything else clearly.
+"""
+
+import functools
+import inspect
+from dataclasses import dataclass
+
+import torch
+from transformers import DynamicCache, PreTrainedModel
+
+from .errors import ConfigError, ContextOverflowError, InputError
+
+
+@dataclass(frozen=True)
+class _ForwardKeywords:
+    """How a model class's ``forward`` wants to be called (read once per class from its signature)."""
+
+    cache: str  # "cache" (transformers >= 5.2x) or "past_key_values" (older 5.x)
+    cache_position: bool  # older 5.x take explicit cache positions for the attention mask
+    logits_to_keep: bool  # compute the LM head only on the last k positions
+
+
+@functools.lru_cache(maxsize=None)
+def _forward_keywords(model_class: type) -> _ForwardKeywords:
+    """Inspect ``model_class.forward`` for the names of its cache arguments (cached: signatures don't change)."""
+    parameters = inspect.signature(model_class.forward).parameters  # follows functools.wraps decorators
+    if "cache" in parameters:
+        cache_keyword = "cache"
+    elif "past_key_values" in parameters:
+        cache_keyword = "past_key_values"
+    else:
+        raise ConfigError(
+            f"{model_class.__name__}.forward accepts neither `cache` nor `past_key_values`, so it cannot be run "
+            "with a KV cache. Use a causal language model from transformers >= 5.17 (e.g. LlamaForCausalLM)."
+        )
+    return _ForwardKeywords(cache_keyword, "cache_position" in parameters, "logits_to_keep" in parameters)
+
+
+def check_input_ids(input_ids: torch.Tensor, model: PreTrainedModel | None = None) -> None:
+    """Refuse token ids the library cannot use, with a message saying how to fix them.
+
+    Expects a `torch.LongTensor` of shape ``[1, T]`` with ``T >= 1``. With ``model`` given, also checks that
+    every id indexes the model's embedding table (a bad id would otherwise fail deep inside torch).
+    """
+    if not isinstance(input_ids, torch.Tensor):
+        raise InputError(
+            f"input_ids must be a torch.LongTensor of shape [1, T], got {type(input_ids).__name__}. "
+            "Use tokenizer(text, return_tensors='pt').input_ids or torch.tensor([ids])."
+        )
+    if input_ids.dtype != torch.long:
+        raise InputError(f"input_ids must have dtype torch.long (int64), got {input_ids.dtype}. Use input_ids.long().")
+    if input_ids.ndim != 2:
+        hint = " Add the batch dimension with input_ids.unsqueeze(0)." if input_ids.ndim == 1 else ""
+        raise InputError(
+            f"input_ids must have 2 dimensions [batch=1, T], got shape {list(input_ids.shape)}.{hint}"
+        )
+    if input_ids.shape[0] != 1:
+        raise InputError(
+            f"Only batch size 1 is supported, got a batch of {input_ids.shape[0]} sequences. "
+            "Generate one prompt at a time (e.g. loop over input_ids[i : i + 1])."
+        )
+    if input_ids.shape[1] == 0:
+        raise InputError("The prompt is empty (0 tokens). Give at least one token, e.g. the tokenizer's BOS token.")
+    if model is not None:
+        vocab_size = model.get_input_embeddings().num_embeddings
+        low, high = int(input_ids.min()), int(input_ids.max())
+        if low < 0 or high >= vocab_size:
+            raise InputError(
+                f"input_ids contains token id {low if low < 0 else high}, outside the model's vocabulary "
+                f"[0, {vocab_size}). Encode the text with this model's own tokenizer."
+            )
+
+
+def new_cache(model: PreTrainedModel) -> DynamicCache:
+    """An empty KV cache for ``model`` (given the model config when this transformers version accepts it)."""
+    if "config" in inspect.signature(DynamicCache.__init__).parameters:
+        return DynamicCache(config=model.config)
+    return DynamicCache()
+
+
+def cache_length(cache: DynamicCache) -> int:
+    """Number of tokens whose keys and values are stored in ``cache``."""
+    return cache.get_seq_length()
+
+
+def crop_cache(cache: DynamicCache, length: int) -> None:
+    """Roll ``cache`` back in place to its first ``length`` tokens (the rollback after a rejected draft).
+
+    Written as ``crop(-(current - length))`` (remove that many tokens), the form every transformers 5.x accepts.
+    """
+    current = cache_length(cache)
+    if length < 0 or length > current:
+        raise ConfigError(
+            f"Cannot crop the KV cache to {length} tokens: it holds {current}. "
+            f"A crop can only keep between 0 and {current} tokens (it removes tokens, never adds them)."
+        )
+    if length < current:
+        cache.crop(-(current - length))
+
+
+def context_length(model: PreTrainedModel) -> int:
+    """The most positions ``model`` was built for (``config.max_position_embeddings``)."""
+    length = getattr(model.config, "max_position_embeddings", None)
+    if length is None:
+        raise ConfigError(
+            f"{type(model).__name__}'s config has no max_position_embeddings, so its context length is unknown. "
+            "Use a model whose config sets it (every Llama/Qwen2 config does)."
+        )
+    return int(length)
+
+
+def check_fits_context(model: PreTrainedModel, prompt_length: int, max_new_tokens: int) -> None:
+    """Raise `ContextOverflowError` unless ``prompt_length + max_new_tokens <= context_length(model)``."""
+    limit = context_length(model)
+    if prompt_length + max_new_tokens > limit:
+        raise ContextOverflowError(
+            f"The prompt ({prompt_length} tokens) plus max_new_tokens ({max_new_tokens}) = "
+            f"{prompt_length + max_new_tokens} tokens exceeds the model's context of {limit} tokens. "
+            f"Shorten the prompt or lower max_new_tokens to at most {max(limit - prompt_length, 0)}."
+        )
+
+
+def check_generation_inputs(model: PreTrainedModel, input_ids: torch.Tensor, max_new_tokens: int) -> None:
+    """All checks a generation function runs before its first forward: ids, ``max_new_tokens >= 1``, context."""
+    check_input_ids(input_ids, model)
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ConfigError(
+            f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}. Ask for at least one new token."
+        )
+    check_fits_context(model, input_ids.shape[1], max_new_tokens)
+
+
+def forward_with_cache(
+    model: PreTrainedModel,
+    input_ids: torch.Tensor,
+    cache: DynamicCache | None,
+    *,
+    logits_to_keep: int | None = None,
+) -> torch.Tensor:
+    """Run ``model`` on new tokens ``input_ids: LongTensor[1, T]`` appended after the tokens in ``cache``.
+
+    The new tokens take positions ``L, ..., L + T - 1`` where ``L = cache_length(cache)``; positions are passed
+    explicitly, so they stay right after a `crop_cache` rollback. ``cache`` is extended in place by T tokens.
+    With ``cache=None`` the model runs without a cache on the full sequence (positions ``0 ... T - 1``): the
+    "no KV cache" baseline. Runs under whatever grad mode the caller set (generation uses inference_mode).
+
+    Returns float32 logits ``[1, T_keep, V]`` for the last ``T_keep = logits_to_keep`` positions (all ``T`` when
+    None); keeping only the needed rows skips most of the LM head, the largest matrix in small models.
+    """
+    check_input_ids(input_ids)
+    new_tokens = input_ids.shape[1]
+    if logits_to_keep is not None and not 1 <= logits_to_keep <= new_tokens:
+        raise ConfigError(
+            f"logits_to_keep must be between 1 and the number of new tokens ({new_tokens}), got {logits_to_keep}. "
+            "Pass None to keep the logits of every position."
+        )
+    past = 0 if cache is None else cache_length(cache)
+    limit = context_length(model)
+    if past + new_tokens > limit:
+        raise ContextOverflowError(
+            f"Cannot run {new_tokens} new tokens after {past} cached ones: {past + new_tokens} positions exceed "
+            f"the model's context of {limit}. Shorten the prompt or generate fewer tokens."
+        )
+
+    keywords = _forward_keywords(type(model))
+    positions = torch.arange(past, past + new_tokens, device=input_ids.device)  # [T]: L, ..., L + T - 1
+    kwargs: dict[str, object] = {"position_ids": positions.unsqueeze(0), "use_cache": cache is not None}
+    if cache is not None:
+        kwargs[keywords.cache] = cache
+        if keywords.cache_position:
+            kwargs["cache_position"] = positions
+    if logits_to_keep is not None and keywords.logits_to_keep:
+        kwargs["logits_to_keep"] = logits_to_keep
+    logits = model(input_ids=input_ids, **kwargs).logits  # [1, T_keep, V] (or [1, T, V] without logits_to_keep)
+    if logits_to_keep is not None:
+        logits = logits[:, -logits_to_keep:]
+    return logits.float()

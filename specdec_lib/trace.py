@@ -1,0 +1,191 @@
+"""One result type for the baseline and every speculative method, and the metrics computed from it.
+
+Vocabulary (used the same way in code, notebooks and plots):
+
+- a **round** is one forward of the *target* model. The prefill (the prompt's forward, which yields the first
+  new token) is round 1. In the baseline every round emits exactly one token; in speculative decoding a round
+  verifies ``drafted`` tokens, ``accepted`` of them survive, and the round appends ``emitted`` tokens
+  (the accepted ones plus one recovered or bonus token from the target).
+- **token times** are seconds since the start of generation at which each new token became available.
+  Tokens emitted by the same round become available together and share a time.
+
+The metric functions are pure (a trace in, numbers out), so they can be tested on hand-made traces.
+"""
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from .devices import synchronize
+from .errors import ConfigError
+
+
+@dataclass
+class RoundRecord:
+    """What happened in one target forward (one round)."""
+
+    drafted: int  # draft tokens proposed to the target this round (0 for the baseline and the prefill)
+    accepted: int  # draft tokens the target accepted (0 <= accepted <= drafted)
+    emitted: int  # tokens appended to the sequence this round (accepted + recovered/bonus; 1 for the baseline)
+    draft_time: float  # seconds spent drafting this round
+    verify_time: float  # seconds spent in the target forward and acceptance test
+    draft_forwards: int  # forwards of the draft model this round (0 for drafters without a model)
+
+
+@dataclass
+class Trace:
+    """Timing and per-round records of one generation."""
+
+    start_time: float  # time.perf_counter() when generation started (after a device synchronize)
+    token_times: list[float] = field(default_factory=list)  # [N] seconds since start, one per new token
+    rounds: list[RoundRecord] = field(default_factory=list)  # one per target forward, prefill included
+    prefill_time: float = 0.0  # seconds of the prefill round (prompt forward + first token)
+
+    @classmethod
+    def start(cls, device: torch.device | str) -> "Trace":
+        """A fresh trace whose clock starts now, once ``device`` has finished any queued work."""
+        synchronize(device)
+        return cls(start_time=time.perf_counter())
+
+    def elapsed(self, device: torch.device | str) -> float:
+        """Seconds since the start, after waiting for ``device`` so GPU work is counted when it ends."""
+        synchronize(device)
+        return time.perf_counter() - self.start_time
+
+    def add_round(self, record: RoundRecord, at: float) -> None:
+        """Append a round whose ``record.emitted`` tokens all became available ``at`` seconds after the start."""
+        self.rounds.append(record)
+        self.token_times.extend([at] * record.emitted)
+
+
+@dataclass
+class GenerationResult:
+    """Tokens and trace of one generation, whatever the method (baseline or speculative)."""
+
+    sequence: torch.Tensor  # LongTensor[1, T_prompt + N]: the prompt followed by the N new tokens
+    prompt_length: int  # T_prompt
+    method: str  # e.g. "autoregressive", "speculative[draft-model]"
+    trace: Trace
+
+    @property
+    def new_tokens(self) -> torch.Tensor:
+        """The generated tokens only, ``LongTensor[N]``."""
+        return self.sequence[0, self.prompt_length :]
+
+    @property
+    def new_token_list(self) -> list[int]:
+        """The generated tokens as a Python list (handy for ``tokenizer.decode`` and equality checks)."""
+        return self.new_tokens.tolist()
+
+
+def time_to_first_token(trace: Trace) -> float | None:
+    """Seconds from the start until the first new token was available (None if nothing was generated)."""
+    return trace.token_times[0] if trace.token_times else None
+
+
+def inter_token_latencies(trace: Trace) -> list[float]:
+    """Gaps in seconds between consecutive *distinct* token times: the waits a reader of the stream sees.
+
+    Tokens emitted by the same round share one time and count as a single arrival, so a round that emits
+    four tokens contributes one gap (the wait for that round), not one gap plus three zeros. For the mean
+    time per token, use ``1 / tokens_per_second``.
+    """
+    arrivals = sorted(set(trace.token_times))
+    return [later - earlier for earlier, later in zip(arrivals, arrivals[1:])]
+
+
+def latency_percentiles(values: list[float], percentiles: tuple[float, ...] = (50, 95)) -> dict[float, float | None]:
+    """The given percentiles of ``values`` with linear interpolation (NumPy's default); None if ``values`` is empty.
+
+    For sorted values ``v_0 <= ... <= v_{n-1}``, percentile p sits at rank ``r = p / 100 * (n - 1)`` and is
+    ``v_floor(r) + (r - floor(r)) * (v_ceil(r) - v_floor(r))``.
+    """
+    for p in percentiles:
+        if not 0 <= p <= 100:
+            raise ConfigError(f"Percentiles must be between 0 and 100, got {p!r}. Use e.g. (50, 95).")
+    ordered = sorted(values)
+    result: dict[float, float | None] = {}
+    for p in percentiles:
+        if not ordered:
+            result[p] = None
+            continue
+        rank = p / 100 * (len(ordered) - 1)
+        low = int(rank)
+        high = min(low + 1, len(ordered) - 1)
+        result[p] = ordered[low] + (rank - low) * (ordered[high] - ordered[low])
+    return result
+
+
+def tokens_per_second(trace: Trace) -> float | None:
+    """End-to-end throughput: new tokens / seconds until the last one (prefill included); None if undefined."""
+    if not trace.token_times or trace.token_times[-1] <= 0:
+        return None
+    return len(trace.token_times) / trace.token_times[-1]
+
+
+def target_forwards(trace: Trace) -> int:
+    """Forwards of the target model, the expensive step speculative decoding saves (one per round)."""
+    return len(trace.rounds)
+
+
+def draft_forwards(trace: Trace) -> int:
+    """Forwards of the draft model over the whole generation."""
+    return sum(record.draft_forwards for record in trace.rounds)
+
+
+def acceptance_rate(trace: Trace) -> float | None:
+    """Fraction of drafted tokens the target accepted, ``sum(accepted) / sum(drafted)``; None if nothing was drafted."""
+    drafted = sum(record.drafted for record in trace.rounds)
+    if drafted == 0:
+        return None
+    return sum(record.accepted for record in trace.rounds) / drafted
+
+
+def per_position_acceptance(trace: Trace) -> list[float]:
+    """Acceptance by draft position: entry i is P(the i-th draft token is accepted | it was drafted).
+
+    Over the rounds that drafted more than i tokens, the fraction that accepted more than i. A draft token is
+    accepted only if every earlier one was, so with a constant per-token acceptance probability alpha entry i
+    is about ``alpha ** (i + 1)``; rounds shortened near ``max_new_tokens`` enter only the first entries, so
+    on short generations the list need not decrease exactly. Empty when nothing was drafted.
+    """
+    longest = max((record.drafted for record in trace.rounds), default=0)
+    rates = []
+    for i in range(longest):
+        drafted_here = [record for record in trace.rounds if record.drafted > i]
+        rates.append(sum(record.accepted > i for record in drafted_here) / len(drafted_here))
+    return rates
+
+
+def tokens_per_target_forward(trace: Trace) -> float | None:
+    """Mean tokens emitted per target forward, ``sum(emitted) / rounds`` (1.0 for the baseline); None if no rounds.
+
+    This is the "mean accepted length including the bonus token" of the literature: the speed-up speculative
+    decoding would give if drafting were free.
+    """
+    if not trace.rounds:
+        return None
+    return sum(record.emitted for record in trace.rounds) / len(trace.rounds)
+
+
+def summarize(result: GenerationResult) -> dict[str, object]:
+    """The headline numbers of one generation as a flat dict (for notebook tables and benchmarks)."""
+    trace = result.trace
+    gaps = latency_percentiles(inter_token_latencies(trace), (50, 95))
+    return {
+        "method": result.method,
+        "prompt_tokens": result.prompt_length,
+        "new_tokens": result.new_tokens.numel(),
+        "time_to_first_token_s": time_to_first_token(trace),
+        "inter_token_latency_p50_s": gaps[50],
+        "inter_token_latency_p95_s": gaps[95],
+        "tokens_per_second": tokens_per_second(trace),
+        "prefill_time_s": trace.prefill_time,
+        "draft_time_s": sum(record.draft_time for record in trace.rounds),
+        "verify_time_s": sum(record.verify_time for record in trace.rounds),
+        "target_forwards": target_forwards(trace),
+        "draft_forwards": draft_forwards(trace),
+        "acceptance_rate": acceptance_rate(trace),
+        "tokens_per_target_forward": tokens_per_target_forward(trace),
+    }

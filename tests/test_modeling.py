@@ -1,0 +1,140 @@
+"""modeling.py: cached forwards match full forwards, rollback by crop, and clear errors."""
+
+import pytest
+import torch
+
+from specdec_lib.errors import ConfigError, ContextOverflowError, InputError
+from specdec_lib.modeling import (
+    cache_length,
+    check_fits_context,
+    check_generation_inputs,
+    check_input_ids,
+    context_length,
+    crop_cache,
+    forward_with_cache,
+    new_cache,
+)
+
+
+def full_logits(model, ids):
+    """Reference: one plain forward over the whole sequence, no cache."""
+    with torch.no_grad():
+        return model(input_ids=ids, use_cache=False).logits.float()
+
+
+def test_prefill_matches_plain_forward(tiny_llama, prompt_ids):
+    cache = new_cache(tiny_llama)
+    with torch.no_grad():
+        logits = forward_with_cache(tiny_llama, prompt_ids, cache)
+    assert logits.shape == (1, 7, 64) and logits.dtype == torch.float32
+    torch.testing.assert_close(logits, full_logits(tiny_llama, prompt_ids))
+    assert cache_length(cache) == 7
+
+
+def test_incremental_decoding_matches_full_forward(tiny_llama, prompt_ids):
+    reference = full_logits(tiny_llama, prompt_ids)
+    cache = new_cache(tiny_llama)
+    with torch.inference_mode():
+        steps = [forward_with_cache(tiny_llama, prompt_ids[:, :3], cache)]
+        steps += [forward_with_cache(tiny_llama, prompt_ids[:, t : t + 1], cache) for t in range(3, 5)]
+        steps.append(forward_with_cache(tiny_llama, prompt_ids[:, 5:], cache))  # a block of 2, like a verify step
+    torch.testing.assert_close(torch.cat(steps, dim=1), reference)
+
+
+def test_no_cache_forward_matches_plain_forward(tiny_llama, prompt_ids):
+    with torch.no_grad():
+        logits = forward_with_cache(tiny_llama, prompt_ids, None)
+    torch.testing.assert_close(logits, full_logits(tiny_llama, prompt_ids))
+
+
+def test_logits_to_keep_returns_last_positions(tiny_llama, prompt_ids):
+    with torch.no_grad():
+        kept = forward_with_cache(tiny_llama, prompt_ids, new_cache(tiny_llama), logits_to_keep=3)
+    torch.testing.assert_close(kept, full_logits(tiny_llama, prompt_ids)[:, -3:])
+
+
+def test_crop_then_refeed_equals_fresh_prefill(tiny_llama, prompt_ids):
+    """The speculative rollback: feed a wrong continuation, crop it away, feed the right one."""
+    cache = new_cache(tiny_llama)
+    with torch.no_grad():
+        forward_with_cache(tiny_llama, prompt_ids[:, :4], cache)
+        forward_with_cache(tiny_llama, torch.tensor([[9, 9, 9, 9, 9]]), cache)  # rejected draft
+        crop_cache(cache, 4)
+        assert cache_length(cache) == 4
+        refed = forward_with_cache(tiny_llama, prompt_ids[:, 4:], cache)
+    torch.testing.assert_close(refed, full_logits(tiny_llama, prompt_ids)[:, 4:])
+
+
+def test_crop_to_current_length_is_noop_and_to_zero_empties(tiny_llama, prompt_ids):
+    cache = new_cache(tiny_llama)
+    with torch.no_grad():
+        forward_with_cache(tiny_llama, prompt_ids, cache)
+    crop_cache(cache, 7)
+    assert cache_length(cache) == 7
+    crop_cache(cache, 0)
+    assert cache_length(cache) == 0
+
+
+def test_crop_beyond_length_is_refused(tiny_llama, prompt_ids):
+    cache = new_cache(tiny_llama)
+    with torch.no_grad():
+        forward_with_cache(tiny_llama, prompt_ids, cache)
+    with pytest.raises(ConfigError, match=r"Cannot crop the KV cache to 8 tokens: it holds 7.*never adds"):
+        crop_cache(cache, 8)
+    with pytest.raises(ConfigError, match=r"to -1 tokens"):
+        crop_cache(cache, -1)
+
+
+def test_forward_respects_callers_grad_mode(tiny_llama, prompt_ids):
+    with torch.inference_mode():
+        assert forward_with_cache(tiny_llama, prompt_ids, new_cache(tiny_llama)).is_inference()
+    assert forward_with_cache(tiny_llama, prompt_ids, None).requires_grad
+
+
+def test_context_checks(tiny_llama):
+    assert context_length(tiny_llama) == 128
+    check_fits_context(tiny_llama, 100, 28)
+    expected = r"prompt \(100 tokens\) plus max_new_tokens \(29\) = 129 .*context of 128.*at most 28"
+    with pytest.raises(ContextOverflowError, match=expected):
+        check_fits_context(tiny_llama, 100, 29)
+
+
+def test_forward_past_context_is_refused(tiny_llama):
+    cache = new_cache(tiny_llama)
+    with torch.no_grad():
+        forward_with_cache(tiny_llama, torch.zeros(1, 127, dtype=torch.long), cache)
+        with pytest.raises(ContextOverflowError, match=r"2 new tokens after 127 cached.*context of 128"):
+            forward_with_cache(tiny_llama, torch.zeros(1, 2, dtype=torch.long), cache)
+
+
+def test_logits_to_keep_out_of_range(tiny_llama, prompt_ids):
+    with pytest.raises(ConfigError, match=r"logits_to_keep must be between 1 and the number of new tokens \(7\), got 8"):
+        forward_with_cache(tiny_llama, prompt_ids, None, logits_to_keep=8)
+
+
+@pytest.mark.parametrize(
+    ("ids", "message"),
+    [
+        ([[1, 2]], r"must be a torch.LongTensor of shape \[1, T\], got list"),
+        (torch.tensor([[1.0, 2.0]]), r"dtype torch.long .*got torch.float32\. Use input_ids.long\(\)"),
+        (torch.tensor([1, 2]), r"2 dimensions .*got shape \[2\]\. Add the batch dimension"),
+        (torch.tensor([[1, 2], [3, 4]]), r"Only batch size 1 is supported, got a batch of 2"),
+        (torch.zeros(1, 0, dtype=torch.long), r"prompt is empty"),
+    ],
+)
+def test_bad_input_ids_are_explained(ids, message):
+    with pytest.raises(InputError, match=message):
+        check_input_ids(ids)
+
+
+def test_token_ids_outside_vocabulary_are_explained(tiny_llama):
+    with pytest.raises(InputError, match=r"token id 64, outside the model's vocabulary \[0, 64\)"):
+        check_input_ids(torch.tensor([[3, 64]]), tiny_llama)
+    with pytest.raises(InputError, match=r"token id -1"):
+        check_input_ids(torch.tensor([[-1, 3]]), tiny_llama)
+
+
+@pytest.mark.parametrize("bad", [0, -3, 2.0, True])
+def test_bad_max_new_tokens(tiny_llama, prompt_ids, bad):
+    with pytest.raises(ConfigError, match=rf"max_new_tokens must be an integer >= 1, got {bad!r}"):
+        check_generation_inputs(tiny_llama, prompt_ids, bad)
