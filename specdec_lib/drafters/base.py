@@ -1,0 +1,97 @@
+"""The one interface every drafter implements: propose a block of tokens, then hear what was kept.
+
+Drafting is separated from verification (as in transformers' candidate generators): `speculative_generate`
+owns the target model and the acceptance test, and talks to any drafter through three calls per generation:
+
+    drafter.begin(input_ids)                            once, before the first round: forget the last generation
+    draft = drafter.propose(sequence, k, sampling, g)   each round: up to k tokens to continue `sequence`
+    drafter.accept(new_length)                          each round: the committed sequence now has new_length tokens
+
+The contract that matters most: **a drafter reports the distribution it actually drew each token from**
+(``Draft.probs``). Exact speculative sampling accepts a draft token x with probability ``min(1, p(x) / q(x))``;
+if q is not the real sampling distribution (say, the drafter sampled at temperature 0.7 but reported its
+temperature-1 softmax, or applied top-k only when sampling), the output distribution silently stops being the
+target's. Real systems have shipped this bug. A greedy drafter reports one-hot rows; a drafter with no
+distribution at all (prompt lookup copies tokens from the context) reports None, and exact verification then
+treats each token as drawn from a point mass.
+"""
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import torch
+
+from ..errors import ConfigError
+from ..sampling import SamplingConfig
+
+
+@dataclass
+class Draft:
+    """What a drafter proposes in one round.
+
+    ``tokens: LongTensor[k']`` the proposed continuation, ``k' <= k`` (``k' = 0`` is allowed: nothing to propose);
+    ``probs: FloatTensor[k', V] | None`` row i is the distribution ``tokens[i]`` was drawn from (one-hot for a
+    greedy draft; None when the drafter has no distribution); ``forwards`` counts the drafter's model forwards
+    this round (0 for drafters without a model).
+    """
+
+    tokens: torch.Tensor  # LongTensor[k']
+    probs: torch.Tensor | None = None  # FloatTensor[k', V], rows sum to 1
+    forwards: int = 0
+
+    def __len__(self) -> int:
+        return self.tokens.shape[0]
+
+    @classmethod
+    def empty(cls, device: torch.device | str = "cpu") -> "Draft":
+        """A draft of zero tokens (the round then degenerates into one ordinary target step)."""
+        return cls(tokens=torch.empty(0, dtype=torch.long, device=device), probs=None, forwards=0)
+
+
+class Drafter(ABC):
+    """Base class of every drafter. Subclasses implement `propose`; `begin` and `accept` default to doing nothing.
+
+    Attributes: ``name`` goes into the result's method string (``"speculative[<name>]"``); ``device`` is where
+    the drafter computes (None for drafters that run no model, such as prompt lookup: their tokens are moved to
+    the target's device). `speculative_generate` refuses a drafter on a different device from the target.
+    """
+
+    name: str = "drafter"
+    device: torch.device | None = None
+
+    def begin(self, input_ids: torch.Tensor) -> None:
+        """Reset all state for a new generation whose prompt is ``input_ids: LongTensor[1, T]``."""
+
+    @abstractmethod
+    def propose(
+        self, sequence: torch.Tensor, k: int, sampling: SamplingConfig, generator: torch.Generator | None
+    ) -> Draft:
+        """Propose at most ``k`` tokens to follow ``sequence: LongTensor[1, L]`` (prompt + committed tokens).
+
+        Greedy ``sampling`` means argmax tokens with one-hot ``probs``; otherwise draw each token from
+        ``logits_to_probs(logits, sampling)`` with ``generator`` and return exactly those rows as ``probs``.
+        """
+
+    def accept(self, sequence_length: int) -> None:
+        """The committed sequence now has ``sequence_length`` tokens: roll internal state (a KV cache) back so
+        that it holds nothing beyond what was kept. Tokens at positions ``>= sequence_length - 1`` may differ
+        from what this drafter proposed there (the last one is the target's correction or bonus token)."""
+
+
+def check_draft(draft: Draft, k: int) -> None:
+    """Refuse a malformed `Draft` (more than ``k`` tokens, wrong shapes or dtype) with a message for its author."""
+    if not isinstance(draft, Draft):
+        raise ConfigError(f"A drafter's propose() must return a Draft, got {type(draft).__name__}.")
+    tokens = draft.tokens
+    if not isinstance(tokens, torch.Tensor) or tokens.ndim != 1 or tokens.dtype != torch.long:
+        shape = list(tokens.shape) if isinstance(tokens, torch.Tensor) else type(tokens).__name__
+        raise ConfigError(f"Draft.tokens must be a 1-D torch.long tensor [k'], got {shape}.")
+    if tokens.shape[0] > k:
+        raise ConfigError(f"The drafter proposed {tokens.shape[0]} tokens but was asked for at most k={k}.")
+    if draft.probs is not None and (draft.probs.ndim != 2 or draft.probs.shape[0] != tokens.shape[0]):
+        raise ConfigError(
+            f"Draft.probs must have shape [k'={tokens.shape[0]}, V] (one distribution per token) or be None, "
+            f"got {list(draft.probs.shape)}."
+        )
+    if isinstance(draft.forwards, bool) or not isinstance(draft.forwards, int) or draft.forwards < 0:
+        raise ConfigError(f"Draft.forwards must be an integer >= 0, got {draft.forwards!r}.")

@@ -1,0 +1,170 @@
+"""Speculative decoding: a cheap drafter proposes, the target verifies a whole block in one forward.
+
+One round, with the committed sequence ``x_1 .. x_L`` (the target's KV cache holds ``x_1 .. x_{L-1}``):
+
+    1. draft:   d_1 .. d_k = drafter.propose(x, k)                      k <= gamma cheap steps
+    2. verify:  one target forward over [x_L, d_1, ..., d_k]            k + 1 rows of logits, one expensive step
+    3. decide:  n accepted drafts + 1 recovered-or-bonus token          (`verify_greedy`)
+    4. commit:  append them; crop the target's cache to the committed length - 1 and tell the drafter
+                (`drafter.accept`) so both roll back past the first rejected draft
+
+The target runs once per round instead of once per token, so a round emitting ``n + 1`` tokens saves ``n``
+target forwards. With greedy verification the output is token-identical to the target's own greedy decoding.
+"""
+
+import torch
+from transformers import PreTrainedModel
+
+from .drafters.base import Draft, Drafter, check_draft
+from .errors import ConfigError
+from .modeling import cache_length, check_generation_inputs, context_length, crop_cache, forward_with_cache, new_cache
+from .sampling import GREEDY, SamplingConfig, logits_to_probs, make_generator, sample_token
+from .trace import GenerationResult, RoundRecord, Trace
+from .verify import verify_greedy
+
+
+def check_gamma(gamma: object) -> None:
+    """Refuse a draft length ``gamma`` that is not an integer >= 1."""
+    if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
+        raise ConfigError(
+            f"gamma (the number of draft tokens per round) must be an integer >= 1, got {gamma!r}. "
+            "Typical values are 2 to 8; use autoregressive_generate for plain decoding."
+        )
+
+
+def check_same_device(target_device: torch.device | str, drafter_device: torch.device | str | None) -> None:
+    """Refuse a drafter whose model sits on another device than the target (None: a drafter with no model)."""
+    if drafter_device is None:
+        return
+    target_device, drafter_device = torch.device(target_device), torch.device(drafter_device)
+    if target_device != drafter_device:
+        raise ConfigError(
+            f"The target model is on {target_device} but the drafter's model is on {drafter_device}. Put both "
+            f"on one device, e.g. draft_model.to(target.device) (or load them with load_pair(device=...))."
+        )
+
+
+def _check_sampling(sampling: SamplingConfig) -> None:
+    if not isinstance(sampling, SamplingConfig):
+        raise ConfigError(f"sampling must be a SamplingConfig, got {type(sampling).__name__}. Use e.g. GREEDY.")
+    if not sampling.is_greedy:
+        raise ConfigError(
+            f"speculative_generate supports greedy decoding only for now (sampling=GREEDY), got {sampling}. "
+            "Sampling needs exact verification by rejection sampling, which comes with verify_exact: "
+            "until then, use autoregressive_generate to sample."
+        )
+
+
+def _verify(
+    target_logits: torch.Tensor,
+    draft_tokens: torch.Tensor,
+    draft_probs: torch.Tensor | None,
+    sampling: SamplingConfig,
+    generator: torch.Generator | None,
+) -> tuple[int, int]:
+    """Accepted count and recovered/bonus token for one round. ``draft_probs`` (the q the drafter sampled
+    from), ``sampling`` and ``generator`` are for exact sampling verification; greedy verification needs none."""
+    return verify_greedy(target_logits, draft_tokens)
+
+
+def speculative_generate(
+    target: PreTrainedModel,
+    drafter: Drafter,
+    input_ids: torch.Tensor,
+    *,
+    gamma: int,
+    max_new_tokens: int,
+    sampling: SamplingConfig = GREEDY,
+    eos_token_id: int | None = None,
+    seed: int | None = None,
+) -> GenerationResult:
+    """Generate up to ``max_new_tokens`` tokens after ``input_ids: LongTensor[1, T]`` with ``target``,
+    drafting up to ``gamma`` tokens per round with ``drafter``.
+
+    Same stopping rules and result type as `autoregressive_generate`: stops after exactly ``max_new_tokens``
+    tokens (the last rounds draft fewer, never emit more) or right after ``eos_token_id`` (even when the EOS
+    is an accepted draft token in the middle of a round). Greedy only for now (``sampling=GREEDY``); the output
+    is then token-identical to ``autoregressive_generate(target, ...)``. ``seed`` is for sampling.
+
+    The trace has one `RoundRecord` per target forward: the prefill round (the prompt's forward, first token,
+    ``drafted=0``) then one per verification. ``RoundRecord.accepted`` counts the drafts the target accepted;
+    only in the final round, when an accepted EOS ends generation, can ``emitted`` be below ``accepted + 1``.
+    """
+    check_gamma(gamma)
+    if not all(callable(getattr(drafter, method, None)) for method in ("begin", "propose", "accept")):
+        raise ConfigError(
+            f"drafter must be a Drafter with begin/propose/accept methods (e.g. DraftModelDrafter(draft_model)), "
+            f"got {type(drafter).__name__}."
+        )
+    _check_sampling(sampling)
+    check_generation_inputs(target, input_ids, max_new_tokens)
+    device = target.device
+    check_same_device(device, getattr(drafter, "device", None))
+    prompt_length = input_ids.shape[1]
+    input_ids = input_ids.to(device)
+    generator = make_generator(seed, device)
+    target_vocab = target.get_input_embeddings().num_embeddings
+    max_positions = context_length(target)
+
+    with torch.inference_mode():
+        trace = Trace.start(device)
+        cache = new_cache(target)
+
+        # prefill round: the prompt's forward gives the first token, exactly as in the baseline
+        drafter.begin(input_ids)
+        after_begin = trace.elapsed(device)
+        logits = forward_with_cache(target, input_ids, cache, logits_to_keep=1)  # [1, 1, V]
+        token = sample_token(logits_to_probs(logits[0, -1], sampling), generator)  # LongTensor[]
+        sequence = torch.cat([input_ids, token.view(1, 1)], dim=1)  # [1, T + 1]
+        now = trace.elapsed(device)
+        trace.add_round(RoundRecord(0, 0, 1, after_begin, now - after_begin, draft_forwards=0), now)
+        trace.prefill_time = now
+        drafter.accept(sequence.shape[1])  # (nothing to roll back yet; keeps the begin/propose/accept protocol)
+        finished = eos_token_id is not None and token.item() == eos_token_id
+
+        while not finished and sequence.shape[1] - prompt_length < max_new_tokens:
+            length = sequence.shape[1]  # L committed tokens; the target's cache holds the first L - 1
+            remaining = max_new_tokens - (length - prompt_length)
+            # k drafts + 1 recovered/bonus token must fit in `remaining`; the forward reaches position L + k - 1
+            k = min(gamma, remaining - 1, max_positions - length)
+
+            round_start = trace.elapsed(device)
+            draft = drafter.propose(sequence, k, sampling, generator) if k > 0 else Draft.empty(device)
+            check_draft(draft, k)
+            draft_tokens = draft.tokens.to(device)  # LongTensor[k'], k' <= k
+            if draft_tokens.numel() and int(draft_tokens.max()) >= target_vocab:
+                raise ConfigError(
+                    f"The drafter proposed token id {int(draft_tokens.max())}, outside the target's vocabulary of "
+                    f"{target_vocab}. Draft and target must share a tokenizer (see specdec_lib.vocab)."
+                )
+            drafted = len(draft)
+            verify_start = trace.elapsed(device)
+
+            pending = sequence[:, cache_length(cache) :]  # [1, 1]: the last committed token, not yet in the cache
+            step_input = torch.cat([pending, draft_tokens.view(1, -1)], dim=1)  # [1, 1 + k']
+            logits = forward_with_cache(target, step_input, cache, logits_to_keep=drafted + 1)[0]  # [k' + 1, V]
+            accepted, next_token = _verify(logits, draft_tokens, draft.probs, sampling, generator)
+
+            new = draft_tokens[:accepted].tolist() + [next_token]  # accepted drafts + recovered/bonus token
+            if eos_token_id is not None and eos_token_id in new:
+                new = new[: new.index(eos_token_id) + 1]  # an accepted EOS ends generation right after it
+                finished = True
+            new = new[:remaining]  # never more than max_new_tokens (k <= remaining - 1 already ensures it)
+            sequence = torch.cat([sequence, torch.tensor([new], dtype=torch.long, device=device)], dim=1)
+            crop_cache(cache, sequence.shape[1] - 1)  # drop rejected drafts; the last token is fed next round
+            verify_end = trace.elapsed(device)
+
+            drafter.accept(sequence.shape[1])
+            now = trace.elapsed(device)
+            record = RoundRecord(
+                drafted=drafted,
+                accepted=accepted,
+                emitted=len(new),
+                draft_time=(verify_start - round_start) + (now - verify_end),
+                verify_time=verify_end - verify_start,
+                draft_forwards=draft.forwards,
+            )
+            trace.add_round(record, verify_end)
+
+    name = getattr(drafter, "name", type(drafter).__name__)
+    return GenerationResult(sequence=sequence, prompt_length=prompt_length, method=f"speculative[{name}]", trace=trace)

@@ -1,0 +1,99 @@
+"""What speculative decoding can gain, in closed form (Leviathan, Kalman & Matias, ICML 2023, section 3).
+
+Model: each draft token is accepted independently with probability ``alpha`` (the *acceptance rate*), a round
+drafts ``gamma`` tokens, and one draft forward costs ``c`` target forwards (``c = T_draft / T_target``).
+
+- Tokens per round (= per target forward). A round emits ``n + 1`` tokens when the first ``n`` drafts are
+  accepted (the +1 is the recovered or bonus token), so
+
+      E[tokens/round] = sum_{i=0}^{gamma} alpha^i = (1 - alpha^(gamma+1)) / (1 - alpha)   (gamma + 1 at alpha = 1)
+
+- Cost of a round: ``gamma`` draft forwards and one target forward, ``gamma * c + 1`` target-forward units,
+  against one unit per token for the target alone. Hence the expected wall-clock speed-up
+
+      speedup = (1 - alpha^(gamma+1)) / ((1 - alpha) * (gamma * c + 1))
+
+This ignores the (small, measurable) extra cost of verifying ``gamma + 1`` positions instead of one.
+"""
+
+import math
+
+from .errors import ConfigError
+
+
+def _check_alpha(alpha: float) -> None:
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 <= alpha <= 1:
+        raise ConfigError(f"alpha (the acceptance rate) must be a number in [0, 1], got {alpha!r}.")
+
+
+def _check_gamma(gamma: int, name: str = "gamma") -> None:
+    if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 0:
+        raise ConfigError(f"{name} (the number of draft tokens per round) must be an integer >= 0, got {gamma!r}.")
+
+
+def _check_cost_ratio(c: float) -> None:
+    if isinstance(c, bool) or not isinstance(c, (int, float)) or not math.isfinite(c) or c <= 0:
+        raise ConfigError(
+            f"c (the cost of one draft forward relative to one target forward) must be a finite number > 0, "
+            f"got {c!r}. Measure it as T_draft / T_target, e.g. 0.1 for a draft ten times cheaper."
+        )
+
+
+def expected_tokens_per_round(alpha: float, gamma: int) -> float:
+    """``E[tokens/round] = (1 - alpha^(gamma+1)) / (1 - alpha)``, the geometric sum ``1 + alpha + ... + alpha^gamma``.
+
+    Between 1 (``alpha = 0``: only the recovered token) and ``gamma + 1`` (``alpha = 1``: all drafts + the bonus).
+    """
+    _check_alpha(alpha)
+    _check_gamma(gamma)
+    if alpha == 1:
+        return float(gamma + 1)  # the limit of the closed form
+    return (1 - alpha ** (gamma + 1)) / (1 - alpha)
+
+
+def expected_speedup(alpha: float, gamma: int, c: float) -> float:
+    """``speedup = (1 - alpha^(gamma+1)) / ((1 - alpha) * (gamma * c + 1))``: tokens per round over round cost.
+
+    Above 1 means speculative decoding is faster than the target alone; ``gamma = 0`` gives exactly 1.
+    """
+    _check_cost_ratio(c)
+    return expected_tokens_per_round(alpha, gamma) / (gamma * c + 1)
+
+
+def optimal_gamma(alpha: float, c: float, max_gamma: int = 16) -> int:
+    """The ``gamma`` in ``0 .. max_gamma`` with the largest `expected_speedup` (the smallest one on ties).
+
+    0 means drafting does not pay at this acceptance rate and cost ratio: decode with the target alone.
+    """
+    _check_alpha(alpha)
+    _check_cost_ratio(c)
+    _check_gamma(max_gamma, "max_gamma")
+    speedups = [expected_speedup(alpha, gamma, c) for gamma in range(max_gamma + 1)]
+    return speedups.index(max(speedups))
+
+
+def alpha_from_tokens_per_round(tokens_per_round: float, gamma: int) -> float:
+    """Invert `expected_tokens_per_round`: the alpha under which rounds of ``gamma`` drafts average
+    ``tokens_per_round`` tokens (e.g. `tokens_per_target_forward` of a trace; its prefill round and shortened
+    final rounds bias it slightly low). Solved by bisection, the function being increasing in alpha.
+    """
+    _check_gamma(gamma)
+    if gamma == 0:
+        raise ConfigError("gamma must be >= 1 to estimate alpha: rounds without drafts say nothing about acceptance.")
+    if isinstance(tokens_per_round, bool) or not isinstance(tokens_per_round, (int, float)):
+        raise ConfigError(f"tokens_per_round must be a number, got {tokens_per_round!r}.")
+    if not 1 <= tokens_per_round <= gamma + 1:
+        raise ConfigError(
+            f"tokens_per_round must lie between 1 and gamma + 1 = {gamma + 1} (a round emits the accepted drafts "
+            f"plus one token), got {tokens_per_round!r}."
+        )
+    if tokens_per_round == gamma + 1:
+        return 1.0
+    low, high = 0.0, 1.0
+    for _ in range(60):  # an interval of 2^-60: below float precision
+        middle = (low + high) / 2
+        if sum(middle**i for i in range(gamma + 1)) < tokens_per_round:  # the sum form: no cancellation near 1
+            low = middle
+        else:
+            high = middle
+    return (low + high) / 2

@@ -1,0 +1,287 @@
+"""speculative.py: greedy speculative decoding is token-identical to the target alone, for any draft quality.
+
+Three drafts span the range of acceptance: the target itself (everything accepted), an unrelated random model
+(almost nothing accepted) and the target with noise on one layer (in between).
+"""
+
+import copy
+
+import pytest
+import torch
+
+from specdec_lib import Draft, Drafter, DraftModelDrafter, speculative_generate
+from specdec_lib.baseline import autoregressive_generate
+from specdec_lib.errors import ConfigError, InputError
+from specdec_lib.sampling import SamplingConfig
+from specdec_lib.speculative import check_same_device
+from specdec_lib.trace import (
+    RoundRecord,
+    Trace,
+    acceptance_rate,
+    draft_forwards,
+    per_position_acceptance,
+    target_forwards,
+    time_to_first_token,
+    tokens_per_target_forward,
+)
+
+PROMPTS = [[0, 5, 17, 42, 3, 8, 61], [7], [2, 9, 30]]
+GAMMAS = [1, 2, 3, 4, 6, 8]
+LONGEST = 20
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny models run fastest on one thread (and far faster than two contended ones on a busy machine)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def hf_greedy(model, ids, max_new_tokens):
+    """transformers' own greedy decoding (no early stop), the reference."""
+    with torch.no_grad():
+        out = model.generate(
+            ids,
+            do_sample=False,
+            max_new_tokens=max_new_tokens,
+            eos_token_id=None,
+            pad_token_id=model.config.pad_token_id,
+            attention_mask=torch.ones_like(ids),
+        )
+    return out[0, ids.shape[1] :].tolist()
+
+
+def with_noise(model, scale, seed=0):
+    """A copy of ``model`` with Gaussian noise on its last layer's MLP: a draft that agrees only partly."""
+    noisy = copy.deepcopy(model)
+    generator = torch.Generator().manual_seed(seed)
+    last = model.config.num_hidden_layers - 1
+    with torch.no_grad():
+        for name, parameter in noisy.named_parameters():
+            if f"layers.{last}.mlp" in name:
+                parameter.add_(torch.randn(parameter.shape, generator=generator) * scale)
+    return noisy
+
+
+@pytest.fixture(scope="module")
+def drafts(tiny_llama, tiny_draft_llama):
+    return {"self": tiny_llama, "unrelated": tiny_draft_llama, "noisy": with_noise(tiny_llama, 0.03)}
+
+
+@pytest.fixture(scope="module")
+def references(tiny_llama):
+    """Per prompt: the target's greedy continuation of LONGEST tokens, checked against transformers."""
+    refs = {}
+    for prompt in PROMPTS:
+        ids = torch.tensor([prompt])
+        ours = autoregressive_generate(tiny_llama, ids, max_new_tokens=LONGEST).new_token_list
+        assert ours == hf_greedy(tiny_llama, ids, LONGEST)
+        refs[tuple(prompt)] = ours
+    return refs
+
+
+def check_trace(result, max_new_tokens):
+    trace = result.trace
+    rounds = trace.rounds
+    assert sum(r.emitted for r in rounds) == len(result.new_token_list) == len(trace.token_times)
+    assert all(0 <= r.accepted <= r.drafted for r in rounds)
+    assert all(r.emitted == r.accepted + 1 for r in rounds)  # no EOS here: every round adds one target token
+    assert target_forwards(trace) == len(rounds)
+    assert draft_forwards(trace) == sum(r.draft_forwards for r in rounds)
+    assert rounds[0].drafted == 0 and rounds[0].emitted == 1  # the prefill round
+    assert trace.token_times == sorted(trace.token_times) and time_to_first_token(trace) > 0
+    assert all(r.draft_time >= 0 and r.verify_time > 0 for r in rounds)
+
+
+@pytest.mark.parametrize("gamma", GAMMAS)
+@pytest.mark.parametrize("draft_name", ["self", "unrelated", "noisy"])
+def test_greedy_is_token_identical_to_the_target_alone(tiny_llama, drafts, references, draft_name, gamma):
+    drafter = DraftModelDrafter(drafts[draft_name])
+    for prompt in PROMPTS:
+        ids = torch.tensor([prompt])
+        for max_new_tokens in sorted({1, gamma, gamma + 1, LONGEST}):
+            result = speculative_generate(tiny_llama, drafter, ids, gamma=gamma, max_new_tokens=max_new_tokens)
+            assert result.new_token_list == references[tuple(prompt)][:max_new_tokens], (prompt, max_new_tokens)
+            assert torch.equal(result.sequence[:, : len(prompt)], ids)
+            assert result.method == "speculative[draft-model]"
+            check_trace(result, max_new_tokens)
+            assert all(r.drafted <= gamma for r in result.trace.rounds)
+
+
+def acceptance_over_prompts(target, draft, gamma=4):
+    results = [
+        speculative_generate(target, DraftModelDrafter(draft), torch.tensor([p]), gamma=gamma, max_new_tokens=LONGEST)
+        for p in PROMPTS
+    ]
+    drafted = sum(r.drafted for result in results for r in result.trace.rounds)
+    return sum(r.accepted for result in results for r in result.trace.rounds) / drafted, results
+
+
+def test_per_position_acceptance_on_a_hand_made_trace():
+    trace = Trace(start_time=0.0)
+    for drafted, accepted in [(0, 0), (3, 3), (3, 1), (3, 0), (2, 2)]:  # the prefill, then 4 rounds
+        trace.add_round(RoundRecord(drafted, accepted, accepted + 1, 0.0, 0.0, drafted), 1.0)
+    # position 0: drafted 4 times, accepted in 3; position 1: 3 of 4; position 2: drafted 3 times, accepted once
+    assert per_position_acceptance(trace) == [3 / 4, 2 / 4, 1 / 3]
+    assert per_position_acceptance(Trace(start_time=0.0)) == []
+
+
+def test_the_target_as_its_own_draft_accepts_everything(tiny_llama):
+    rate, results = acceptance_over_prompts(tiny_llama, tiny_llama)
+    assert rate == 1.0
+    for result in results:
+        assert per_position_acceptance(result.trace) == [1.0] * 4
+        # 20 tokens: the prefill's 1, then rounds of 4 accepted + 1 bonus, the last one shortened: 1 + 5 + 5 + 5 + 4
+        assert [r.emitted for r in result.trace.rounds] == [1, 5, 5, 5, 4]
+        assert tokens_per_target_forward(result.trace) == 4.0
+        assert draft_forwards(result.trace) == 4 + 4 + 4 + 3  # one forward per drafted token
+
+
+def test_acceptance_orders_the_drafts(tiny_llama, drafts):
+    unrelated, _ = acceptance_over_prompts(tiny_llama, drafts["unrelated"])
+    noisy, results = acceptance_over_prompts(tiny_llama, drafts["noisy"])
+    assert unrelated < 0.2 < noisy < 0.9
+    for result in results:
+        by_position = per_position_acceptance(result.trace)
+        assert len(by_position) == 4 and all(0 <= rate <= 1 for rate in by_position)
+        assert by_position[0] >= by_position[-1]  # position i is accepted only if 0 .. i - 1 were
+
+
+def test_draft_in_another_dtype_is_fine(tiny_llama, references):
+    half = copy.deepcopy(tiny_llama).to(torch.bfloat16)
+    ids = torch.tensor([PROMPTS[0]])
+    result = speculative_generate(tiny_llama, DraftModelDrafter(half), ids, gamma=4, max_new_tokens=LONGEST)
+    assert result.new_token_list == references[tuple(PROMPTS[0])]
+    assert acceptance_rate(result.trace) > 0.5
+
+
+def eos_case(tiny_llama, references, index):
+    """An eos id equal to the target's greedy token at ``index`` (its first occurrence there)."""
+    greedy = references[tuple(PROMPTS[0])]
+    eos = greedy[index]
+    assert greedy.index(eos) == index, "pick an index where the token appears for the first time"
+    return torch.tensor([PROMPTS[0]]), eos
+
+
+@pytest.mark.parametrize("draft_name", ["self", "unrelated", "noisy"])
+@pytest.mark.parametrize("index", [0, 3, 6])
+def test_stops_right_after_eos_like_the_baseline(tiny_llama, drafts, references, draft_name, index):
+    ids, eos = eos_case(tiny_llama, references, index)
+    expected = autoregressive_generate(tiny_llama, ids, max_new_tokens=LONGEST, eos_token_id=eos).new_token_list
+    assert expected[-1] == eos and len(expected) == index + 1
+    result = speculative_generate(
+        tiny_llama, DraftModelDrafter(drafts[draft_name]), ids, gamma=8, max_new_tokens=LONGEST, eos_token_id=eos
+    )
+    assert result.new_token_list == expected
+    assert sum(r.emitted for r in result.trace.rounds) == len(expected)
+
+
+def test_eos_inside_an_accepted_draft_ends_the_round_there(tiny_llama, references):
+    ids, eos = eos_case(tiny_llama, references, 3)
+    result = speculative_generate(
+        tiny_llama, DraftModelDrafter(tiny_llama), ids, gamma=8, max_new_tokens=LONGEST, eos_token_id=eos
+    )
+    prefill, last = result.trace.rounds
+    assert (last.drafted, last.accepted, last.emitted) == (8, 8, 3)  # all 8 accepted; only up to the EOS is kept
+    assert result.new_token_list[-1] == eos and len(result.new_token_list) == 4
+
+
+def test_drafts_are_cut_to_fit_max_new_tokens(tiny_llama):
+    drafter, ids = DraftModelDrafter(tiny_llama), torch.tensor([[3]])
+    result = speculative_generate(tiny_llama, drafter, ids, gamma=8, max_new_tokens=6)
+    assert [(r.drafted, r.emitted) for r in result.trace.rounds] == [(0, 1), (4, 5)]
+    single = speculative_generate(tiny_llama, drafter, ids, gamma=8, max_new_tokens=1)
+    assert [(r.drafted, r.draft_forwards) for r in single.trace.rounds] == [(0, 0)]
+
+
+def test_generation_up_to_the_context_limit(tiny_llama, make_tiny_model):
+    context = tiny_llama.config.max_position_embeddings
+    ids = torch.arange(2, 2 + context - 10).remainder(64).view(1, -1)
+    expected = autoregressive_generate(tiny_llama, ids, max_new_tokens=10).new_token_list
+    assert speculative_generate(
+        tiny_llama, DraftModelDrafter(tiny_llama), ids, gamma=8, max_new_tokens=10
+    ).new_token_list == expected
+    short_draft = make_tiny_model(seed=1, num_layers=1)
+    short_draft.config.max_position_embeddings = 16  # shorter than the prompt: it proposes nothing, all still works
+    result = speculative_generate(tiny_llama, DraftModelDrafter(short_draft), ids, gamma=4, max_new_tokens=10)
+    assert result.new_token_list == expected and draft_forwards(result.trace) == 0
+
+
+class OracleDrafter(Drafter):
+    """Proposes a fixed continuation (wrong from position ``wrong_at`` on), without probabilities."""
+
+    name = "oracle"
+
+    def __init__(self, prompt_length, continuation, wrong_at):
+        self.prompt_length, self.continuation, self.wrong_at = prompt_length, continuation, wrong_at
+
+    def propose(self, sequence, k, sampling, generator):
+        start = sequence.shape[1] - self.prompt_length
+        block = self.continuation[start : start + k]
+        tokens = [t if start + i < self.wrong_at else (t + 1) % 64 for i, t in enumerate(block)]
+        return Draft(torch.tensor(tokens, dtype=torch.long))
+
+
+def test_any_drafter_behind_the_interface(tiny_llama, references):
+    reference = references[tuple(PROMPTS[0])]
+    drafter = OracleDrafter(len(PROMPTS[0]), reference + [0] * 10, wrong_at=9)
+    result = speculative_generate(tiny_llama, drafter, torch.tensor([PROMPTS[0]]), gamma=3, max_new_tokens=LONGEST)
+    assert result.new_token_list == reference and result.method == "speculative[oracle]"
+    assert draft_forwards(result.trace) == 0
+    # rounds start at new tokens 1, 5, 9 (all right up to 9), then every draft is wrong: one token per round
+    assert [r.accepted for r in result.trace.rounds][:5] == [0, 3, 3, 0, 0]
+
+
+@pytest.mark.parametrize("gamma", [0, -1, 2.5, True, "4", None])
+def test_bad_gamma_is_explained(tiny_llama, gamma):
+    drafter = DraftModelDrafter(tiny_llama)
+    with pytest.raises(ConfigError, match="gamma"):
+        speculative_generate(tiny_llama, drafter, torch.tensor([[3]]), gamma=gamma, max_new_tokens=4)
+
+
+def test_sampling_waits_for_verify_exact(tiny_llama):
+    with pytest.raises(ConfigError, match="verify_exact"):
+        speculative_generate(
+            tiny_llama, DraftModelDrafter(tiny_llama), torch.tensor([[3]]), gamma=2, max_new_tokens=4,
+            sampling=SamplingConfig(temperature=0.7),
+        )
+
+
+def test_inputs_are_checked_like_the_baseline(tiny_llama):
+    drafter = DraftModelDrafter(tiny_llama)
+    with pytest.raises(InputError, match="empty"):
+        speculative_generate(tiny_llama, drafter, torch.tensor([[]], dtype=torch.long), gamma=2, max_new_tokens=4)
+    with pytest.raises(ConfigError, match="max_new_tokens"):
+        speculative_generate(tiny_llama, drafter, torch.tensor([[3]]), gamma=2, max_new_tokens=0)
+    with pytest.raises(ConfigError, match="Drafter"):
+        speculative_generate(tiny_llama, tiny_llama, torch.tensor([[3]]), gamma=2, max_new_tokens=4)
+
+
+def test_mismatched_devices_are_explained(tiny_llama):
+    check_same_device(torch.device("cpu"), torch.device("cpu"))
+    check_same_device("cpu", None)  # a drafter without a model
+    with pytest.raises(ConfigError, match=r"cuda:0.*\.to\(target\.device\)"):
+        check_same_device(torch.device("cpu"), torch.device("cuda", 0))
+    meta_draft = copy.deepcopy(tiny_llama).to("meta")
+    with pytest.raises(ConfigError, match="meta"):
+        speculative_generate(tiny_llama, DraftModelDrafter(meta_draft), torch.tensor([[3]]), gamma=2, max_new_tokens=4)
+
+
+def test_drafts_outside_the_target_vocabulary_are_explained(tiny_llama):
+    class OutOfRange(Drafter):
+        def propose(self, sequence, k, sampling, generator):
+            return Draft(torch.tensor([99] * k))
+
+    with pytest.raises(ConfigError, match="token id 99"):
+        speculative_generate(tiny_llama, OutOfRange(), torch.tensor([[3]]), gamma=2, max_new_tokens=4)
+
+
+def test_a_drafter_proposing_too_much_is_explained(tiny_llama):
+    class Greedy(Drafter):
+        def propose(self, sequence, k, sampling, generator):
+            return Draft(torch.tensor([5] * (k + 1)))
+
+    with pytest.raises(ConfigError, match="at most k"):
+        speculative_generate(tiny_llama, Greedy(), torch.tensor([[3]]), gamma=2, max_new_tokens=4)
