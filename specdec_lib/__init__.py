@@ -1,4 +1,15 @@
-"""specdec_lib: the library behind the specdec course on speculative decoding."""
+"""specdec_lib: the library behind the specdec course on speculative decoding.
+
+The notebooks in ``course/`` import what they need from here; each name lives in a
+small module with one job (see the README's library table).
+"""
+from .baseline import autoregressive_generate
+from .devices import describe_device, get_device, seed_everything, synchronize
+from .errors import ConfigError, ContextOverflowError, HubUnavailableError, InputError, ModelNotFoundError, SpecdecError
+from .models import ModelPair, list_presets, load_embedded, load_pair
+from .prompts import TASKS, load_prompts
+from .sampling import GREEDY, SamplingConfig, logits_to_probs, sample_token
+from .trace import GenerationResult, RoundRecord, Trace, summarize
 
 # speculative decoding with a draft model (greedy verification)
 from .drafters import Draft, Drafter, DraftModelDrafter

@@ -16,9 +16,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import os
+
 import torch
 
+from .training.cards import write_cards
 from .training.corpus import collect_stdlib_sources, corpus_manifest, split_files, write_manifest
+from .training.measure import encode_prompts, forward_cost, greedy_agreement
 from .training.model_training import ModelSpec, build_model, train_model, validation_loss
 from .training.tokenizer_training import (
     EOS_TOKEN,
@@ -156,14 +160,61 @@ def train_family(spec: FamilySpec, out_dir: Path, work_dir: Path) -> dict:
     return report
 
 
+def measure_family(models_dir: Path, work_dir: Path, threads: int = 2) -> dict:
+    """Measure the saved family (costs, c, greedy agreement per prompt set) and write ``measurements.json``.
+
+    Timings are only meaningful on a quiet machine: run this with nothing else busy.
+    """
+    from .models import load_model_folder
+    from .prompts import TASKS, load_prompts
+
+    torch.set_num_threads(threads)
+    device = torch.device("cpu")
+    loaded = {name: load_model_folder(models_dir / name, device=device) for name in ("target", "draft", "draft_b")}
+    target, target_tok = loaded["target"]
+    prompts = {task: [p.prompt for p in load_prompts(task)] for task in TASKS}
+    context_a = encode_prompts(target_tok, [prompts["code"][0]], device)[0][:, :64]
+    context_b = encode_prompts(loaded["draft_b"][1], [prompts["code"][0]], device)[0][:, :64]
+    costs = {name: forward_cost(model, context_b if name == "draft_b" else context_a) for name, (model, _) in loaded.items()}
+    blocks = {k: forward_cost(target, context_a, block=k) / costs["target"] for k in (2, 3, 4, 6, 8)}
+    models = {}
+    for name, (model, _) in loaded.items():
+        models[name] = {"parameters": sum(p.numel() for p in model.parameters()), "forward_ms": costs[name] * 1e3}
+        if name != "target":
+            models[name]["c"] = costs[name] / costs["target"]
+    models["target"]["block_cost_ratio"] = {str(k): round(v, 3) for k, v in blocks.items()}
+    encoded = {task: encode_prompts(target_tok, texts, device) for task, texts in prompts.items()}
+    agreement = {task: greedy_agreement(target, loaded["draft"][0], ids) for task, ids in encoded.items()}
+    measurements = {
+        "machine": f"{os.cpu_count()}-core CPU",
+        "torch": torch.__version__,
+        "threads": threads,
+        "models": models,
+        "agreement": agreement,
+    }
+    before = work_dir / "draft_corpus_only"
+    if before.exists():
+        draft_before, _ = load_model_folder(before, device=device)
+        measurements["agreement_before_distillation"] = {
+            task: greedy_agreement(target, draft_before, ids) for task, ids in encoded.items()
+        }
+    (models_dir / "measurements.json").write_text(json.dumps(measurements, indent=2) + "\n")
+    write_cards(models_dir)
+    return measurements
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m specdec_lib.train", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=REPO_DATA / "models", help="where the models go (default: data/models)")
     parser.add_argument("--work", type=Path, default=Path("runs"), help="intermediate checkpoints (not committed)")
     parser.add_argument("--quick", action="store_true", help="tiny models on a corpus slice (seconds; for tests)")
+    parser.add_argument("--measure", action="store_true", help="only re-measure the saved models and rewrite the cards")
     args = parser.parse_args(argv)
-    train_family(QUICK if args.quick else FULL, args.out, args.work)
+    if not args.measure:
+        train_family(QUICK if args.quick else FULL, args.out, args.work)
+    if not args.quick:  # the quick models' context is too short for the prompt sets
+        print(json.dumps(measure_family(args.out, args.work), indent=2), flush=True)
 
 
 if __name__ == "__main__":

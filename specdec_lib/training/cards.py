@@ -1,0 +1,159 @@
+"""Write the model cards (``data/models/<name>/README.md``) from what training and measuring recorded.
+
+Every number in a card comes from ``training_report.json`` (written by training) or
+``measurements.json`` (written by :func:`specdec_lib.train.measure_family`); nothing is typed in by hand.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+ROLE = {
+    "target": "The **target**: the expensive model whose output speculative decoding must reproduce exactly. "
+              "Deep and narrow on purpose: on a CPU a forward costs roughly a fixed overhead plus a constant per "
+              "layer, so depth makes the target's forward clearly dearer than the draft's, as in real model pairs.",
+    "draft": "The **draft**: a one-layer model on the target's tokenizer (A) that proposes tokens for the target "
+             "to verify. Trained on the corpus, then distilled from the target (trained to match the target's "
+             "next-token distribution), which is how real drafts are aligned with their targets.",
+    "draft_b": "**Draft B**: a one-layer model on a *different* tokenizer (B: marker `▁`, its own pre-tokenizer and "
+               "vocabulary, byte fallback). Its token ids mean nothing to the target, so it can only draft through "
+               "text (cross-tokenizer assisted decoding).",
+}
+TOKENIZER = {
+    "target": "A — byte-level BPE (space marker `Ġ`, GPT-2-style pre-tokenizer)",
+    "draft": "A — byte-level BPE (space marker `Ġ`, GPT-2-style pre-tokenizer)",
+    "draft_b": "B — BPE with space marker `▁`, a word/indentation/punctuation pre-tokenizer and 256 byte-fallback tokens",
+}
+
+
+def bits_per_byte(nats_per_token: float, tokens: int, text_bytes: int) -> float:
+    """Loss in bits per byte of text: comparable across tokenizers (nats/token is not)."""
+    return nats_per_token * tokens / text_bytes / math.log(2)
+
+
+def _architecture(spec: dict, config: dict, parameters: int) -> str:
+    rows = [
+        ("architecture", "LlamaForCausalLM (RoPE, RMSNorm, SwiGLU, tied embeddings)"),
+        ("layers × hidden", f"{spec['layers']} × {spec['hidden']}"),
+        ("attention heads", str(spec["heads"])),
+        ("MLP width", str(spec["intermediate"])),
+        ("vocabulary", str(config["vocab_size"])),
+        ("context", f"{config['max_position_embeddings']} tokens"),
+        ("parameters", f"{parameters / 1e6:.2f} M"),
+        ("weights on disk", "float16 safetensors (load as float32 on CPU)"),
+    ]
+    if spec.get("early_exit_layer") is not None:
+        rows.append(("early exit", f"layer {spec['early_exit_layer']} (auxiliary loss weight {spec['early_exit_weight']})"))
+    return "\n".join(f"| {k} | {v} |" for k, v in rows)
+
+
+def render_card(name: str, report: dict, measurements: dict, manifest: dict, config: dict) -> str:
+    """The README.md of model ``name``."""
+    training = report["training"]["draft_corpus_only" if name == "draft" else name]
+    spec = training["spec"]
+    m = measurements["models"][name]
+    val = report["validation_loss_nats_per_token"]
+    tok_key = "b" if name == "draft_b" else "a"
+    bpb = bits_per_byte(val[name], report["validation_tokens"][tok_key], report["validation_bytes"])
+    lines = [
+        f"# Embedded model `{name}`",
+        "",
+        ROLE[name],
+        "",
+        "Load it with `specdec_lib.load_embedded(\"%s\")` or `AutoModelForCausalLM.from_pretrained(\"data/models/%s\")`." % (name, name),
+        "",
+        "## Architecture",
+        "",
+        "| | |",
+        "|---|---|",
+        _architecture(spec, config, m["parameters"]),
+        f"| tokenizer | {TOKENIZER[name]} |",
+        "",
+        "## Data",
+        "",
+        f"Python {manifest['python_version']} standard library source: {manifest['train_files']} training files "
+        f"({manifest['train_bytes'] / 1e6:.1f} MB), {manifest['validation_files']} held-out validation files "
+        f"({manifest['validation_bytes'] / 1e3:.0f} kB), chosen by a hash of the path. Manifest with sha256: "
+        "[`../corpus_manifest.json`](../corpus_manifest.json). The corpus is not committed; training re-reads it "
+        "from the interpreter that runs it.",
+        "",
+        "## Training",
+        "",
+        f"- next-token cross-entropy: {training['lm_steps']} steps × {spec['batch_size']} windows × {spec['context']} "
+        f"tokens = {training['lm_tokens'] / 1e6:.1f} M tokens, AdamW (β = 0.9, 0.95; weight decay 0.1), peak "
+        f"learning rate {spec['learning_rate']}, warm-up {spec['warmup_steps']} steps then cosine decay, "
+        f"seed {report['seed']}, {report['threads']} CPU threads, {training['seconds'] / 60:.1f} min.",
+        f"- final training loss (moving average): {training['lm_final']['loss']:.3f} nats/token"
+        + (f"; early-exit head: {training['lm_final']['exit_loss']:.3f}" if "exit_loss" in training["lm_final"] else ""),
+    ]
+    if name == "draft" and "draft" in report["training"]:
+        distill = report["training"]["draft"]
+        lines.append(
+            f"- distillation from the target: {distill['distill_steps']} steps ({distill['distill_tokens'] / 1e6:.1f} M "
+            f"tokens) minimising KL(p_target ‖ q_draft), {distill['seconds'] / 60:.1f} min; final KL "
+            f"{distill['distill_final']['kl']:.3f} nats/token."
+        )
+    lines += [
+        "",
+        "## Results (measured, not promised)",
+        "",
+        "| metric | value |",
+        "|---|---|",
+        f"| validation loss | {val[name]:.3f} nats/token ({bpb:.3f} bits/byte) |",
+    ]
+    if name == "target":
+        exit_bpb = bits_per_byte(val["target_early_exit"], report["validation_tokens"]["a"], report["validation_bytes"])
+        lines.append(f"| validation loss of the early-exit head | {val['target_early_exit']:.3f} nats/token ({exit_bpb:.3f} bits/byte) |")
+    lines.append(f"| one decoding forward (1 token after 64) | {m['forward_ms']:.2f} ms (median) |")
+    if name == "target":
+        blocks = ", ".join(f"{k}: {v:.2f}×" for k, v in m["block_cost_ratio"].items())
+        lines.append(f"| cost of verifying k tokens in one forward, relative to 1 | {blocks} |")
+        lines.append(f"| distinct 4-gram share of its greedy continuations (1.0 = never repeats) | "
+                     f"{measurements['agreement']['code']['distinct_4gram_share']:.2f} on code prompts |")
+    if name in ("draft", "draft_b"):
+        lines.append(f"| cost ratio c = draft forward / target forward | {m['c']:.3f} |")
+    if name == "draft":
+        for task, result in measurements["agreement"].items():
+            lines.append(f"| greedy agreement α with the target, {task} prompts | {result['alpha']:.3f} "
+                         f"({result['positions']} positions) |")
+        before = measurements.get("agreement_before_distillation")
+        if before:
+            lines += [
+                "",
+                "### Distillation, measured both ways",
+                "",
+                "| draft | α on code prompts | α on prose | α on grounded |",
+                "|---|---|---|---|",
+                "| corpus only | " + " | ".join(f"{before[t]['alpha']:.3f}" for t in measurements["agreement"]) + " |",
+                "| corpus + distillation (this model) | "
+                + " | ".join(f"{measurements['agreement'][t]['alpha']:.3f}" for t in measurements["agreement"]) + " |",
+            ]
+    if name == "draft_b":
+        lines.append("| greedy agreement with the target | not comparable token by token (different tokenizer): "
+                     "measured through text by the cross-tokenizer drafter |")
+    lines += [
+        "",
+        f"α is the share of the target's greedy next tokens (48 per prompt, on the prompt sets in `data/prompts/`) that "
+        "the draft's argmax matches: the per-token acceptance probability of greedy speculative decoding. "
+        f"Timings: {measurements['machine']}, torch {measurements['torch']}, {measurements['threads']} threads.",
+        "",
+        "## Reproduce",
+        "",
+        "```bash",
+        "python -m specdec_lib.train            # trains the whole family into data/models/ and measures it",
+        "python -m specdec_lib.train --measure   # re-measures the saved models and rewrites these cards",
+        "```",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def write_cards(models_dir: Path) -> None:
+    """Render every card from the JSON files in ``models_dir``."""
+    report = json.loads((models_dir / "training_report.json").read_text())
+    measurements = json.loads((models_dir / "measurements.json").read_text())
+    manifest = json.loads((models_dir / "corpus_manifest.json").read_text())
+    for name in ROLE:
+        config = json.loads((models_dir / name / "config.json").read_text())
+        (models_dir / name / "README.md").write_text(render_card(name, report, measurements, manifest, config))

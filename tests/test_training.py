@@ -1,0 +1,71 @@
+"""The training pipeline, end to end at toy scale: every model kind trains, saves and reloads."""
+import json
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from specdec_lib.train import QUICK, train_family
+from specdec_lib.training.corpus import SourceFile, split_files
+from specdec_lib.training.measure import forward_cost, greedy_agreement
+from specdec_lib.training.tokenizer_training import train_tokenizer_a, train_tokenizer_b
+
+TRICKY_TEXT = "x = 'héllo ✓ 日本'\n    def   f(a,\tb):\n\t\treturn a  +  b  \n\n\n# ▁done\r\n"
+
+
+@pytest.fixture(scope="module")
+def quick_family(tmp_path_factory):
+    out = tmp_path_factory.mktemp("models")
+    report = train_family(QUICK, out, tmp_path_factory.mktemp("work"))
+    return out, report
+
+
+def test_every_model_is_saved_in_transformers_format_and_reloads(quick_family):
+    out, _ = quick_family
+    for name in ("target", "draft", "draft_b"):
+        model = AutoModelForCausalLM.from_pretrained(out / name, dtype=torch.float32)
+        tokenizer = AutoTokenizer.from_pretrained(out / name)
+        assert json.loads((out / name / "config.json").read_text())["dtype"] == "float16"  # compact on disk
+        assert model.dtype == torch.float32
+        assert json.loads((out / name / "tokenizer_config.json").read_text())["tokenizer_class"] == "PreTrainedTokenizerFast"
+        ids = tokenizer("def f(x):\n    return x", return_tensors="pt").input_ids
+        assert model(input_ids=ids).logits.shape == (1, ids.shape[1], len(tokenizer))
+    assert AutoModelForCausalLM.from_pretrained(out / "target").config.early_exit_layer == QUICK.target.early_exit_layer
+
+
+def test_training_lowers_the_loss_and_reports_it(quick_family):
+    out, report = quick_family
+    assert set(report["validation_loss_nats_per_token"]) == {"target", "target_early_exit", "draft", "draft_b"}
+    log = [json.loads(line) for line in (out / "training_log.jsonl").read_text().splitlines()]
+    assert {row["model"] for row in log} == {"target", "draft", "draft_b"}
+    assert any(row["phase"] == "distill" for row in log)  # the draft was distilled from the target
+    manifest = json.loads((out / "corpus_manifest.json").read_text())
+    assert manifest["train_files"] > 0 and manifest["validation_files"] > 0 and len(manifest["sha256"]) == 64
+
+
+def test_both_tokenizers_round_trip_text_exactly_and_split_it_differently():
+    texts = ["def add(a, b):\n    return a + b\n" * 20, "class Point:\n    x: int = 0\n" * 20]
+    tok_a, tok_b = train_tokenizer_a(texts, 300), train_tokenizer_b(texts, 300)
+    tricky = TRICKY_TEXT.replace("\r\n", "\n").replace("▁", "_")  # B's decoder maps its marker back to a space
+    for tok in (tok_a, tok_b):
+        assert tok.decode(tok.encode(tricky).ids, skip_special_tokens=False) == tricky
+    assert tok_a.encode(tricky).tokens != tok_b.encode(tricky).tokens
+    assert any(t.startswith("<0x") for t in tok_b.encode("日本").tokens)  # unseen characters fall back to bytes
+
+
+def test_validation_split_is_by_path_and_never_empty():
+    files = [SourceFile(f"pkg/m{i}.py", "x = 1\n") for i in range(5)]
+    train, val = split_files(files)
+    assert val and len(train) + len(val) == 5
+    assert split_files(files) == (train, val)
+
+
+def test_measurements_run_on_saved_models(quick_family):
+    out, _ = quick_family
+    target = AutoModelForCausalLM.from_pretrained(out / "target", dtype=torch.float32).eval()
+    draft = AutoModelForCausalLM.from_pretrained(out / "draft", dtype=torch.float32).eval()
+    ids = torch.tensor([[1, 2, 3, 4, 5, 6, 7, 8]])
+    assert forward_cost(target, ids, block=2, repeats=3) > 0
+    result = greedy_agreement(target, target, [ids], new_tokens=8)  # a model always agrees with itself
+    assert result["alpha"] == 1.0 and result["positions"] == 8
+    assert 0.0 <= greedy_agreement(target, draft, [ids], new_tokens=8)["alpha"] <= 1.0
