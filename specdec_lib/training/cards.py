@@ -94,6 +94,9 @@ def render_card(name: str, report: dict, measurements: dict, manifest: dict, con
             f"tokens) minimising KL(p_target ‖ q_draft), {distill['seconds'] / 60:.1f} min; final KL "
             f"{distill['distill_final']['kl']:.3f} nats/token."
         )
+    if name == "target":
+        lines.append(f"- the whole family (tokenizers, target, draft, draft B, validation) took "
+                     f"{report['total_seconds'] / 60:.1f} min of wall time in the run that produced these weights.")
     lines += [
         "",
         "## Results (measured, not promised)",
@@ -128,6 +131,10 @@ def render_card(name: str, report: dict, measurements: dict, manifest: dict, con
                 "| corpus only | " + " | ".join(f"{before[t]['alpha']:.3f}" for t in measurements["agreement"]) + " |",
                 "| corpus + distillation (this model) | "
                 + " | ".join(f"{measurements['agreement'][t]['alpha']:.3f}" for t in measurements["agreement"]) + " |",
+                "",
+                "The distilled draft also trained longer (the distillation steps come on top of the corpus steps), "
+                "so the gain mixes distillation with extra training; the corpus-only draft is the checkpoint "
+                "taken just before distillation started.",
             ]
     if name == "draft_b":
         lines.append("| greedy agreement with the target | not comparable token by token (different tokenizer): "
