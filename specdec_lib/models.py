@@ -8,7 +8,6 @@ A *pair* is what speculative decoding needs: a large target and a small draft. `
 hub presets download real models and are meant for learners with internet (and ideally a GPU).
 """
 
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -21,8 +20,9 @@ from transformers.utils import logging as transformers_logging
 
 from .devices import get_device
 from .errors import ConfigError, HubUnavailableError, ModelNotFoundError
+from .paths import data_dir
+from .vocab import compare_vocabularies
 
-DATA_DIR_ENV_VAR = "SPECDEC_DATA_DIR"
 
 EMBEDDED_MODELS: dict[str, str] = {
     "target": "the target: a deep Llama on tokenizer A, trained on Python source code",
@@ -81,37 +81,17 @@ class ModelPair:
 
     @property
     def same_tokenizer(self) -> bool:
-        """True when both tokenizers map the same token strings to the same ids.
+        """True when the draft's token ids mean the same strings to the target (same or padded tokenizer).
 
         Compared on ``get_vocab()`` (token string -> id), never on vocabulary size: two tokenizers of the same
         size can split text differently, and one tokenizer can sit under embeddings padded to different sizes.
         """
-        return self.target_tokenizer.get_vocab() == self.draft_tokenizer.get_vocab()
+        return compare_vocabularies(self.target_tokenizer, self.draft_tokenizer).compatible
 
 
 def list_presets() -> dict[str, str]:
     """Preset name -> one-line description, for every pair `load_pair` knows."""
     return {name: preset.description for name, preset in PRESETS.items()}
-
-
-def data_dir() -> Path:
-    """The ``data/`` folder: ``$SPECDEC_DATA_DIR`` if set, else the one beside ``specdec_lib/`` in a checkout."""
-    from_env = os.environ.get(DATA_DIR_ENV_VAR, "").strip()
-    if from_env:
-        path = Path(from_env).expanduser()
-        if not path.is_dir():
-            raise ModelNotFoundError(
-                f"{DATA_DIR_ENV_VAR} points to {path}, which is not a folder. "
-                f"Set it to the data/ folder of a specdec clone, or unset it."
-            )
-        return path
-    path = Path(__file__).resolve().parent.parent / "data"  # repository root, for a clone or editable install
-    if not path.is_dir():
-        raise ModelNotFoundError(
-            f"Cannot find specdec's data/ folder (looked in {path}). Run from a clone of the repository installed "
-            f"with `pip install -e .`, or set {DATA_DIR_ENV_VAR} to the clone's data/ folder."
-        )
-    return path
 
 
 def _check_model_folder(folder: Path) -> None:

@@ -29,6 +29,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from .paths import data_dir
+
 __all__ = ["Prompt", "TASKS", "REQUIRED_KEYS", "load_prompts", "prompts_dir"]
 
 #: The prompt sets, in the order :func:`load_prompts` returns them.
@@ -60,14 +62,10 @@ class Prompt:
 def prompts_dir() -> Path:
     """Return the folder holding the ``<task>.jsonl`` prompt files: ``<data>/prompts``.
 
-    The ``data/`` folder is found by :func:`specdec_lib.models.data_dir`
+    The ``data/`` folder is found by :func:`specdec_lib.paths.data_dir`
     (``$SPECDEC_DATA_DIR`` if set, else the one in the repository), so that
-    models and prompts always come from the same place.  It is imported here,
-    not at module level, because ``models`` imports torch and transformers,
-    which plain prompt handling does not need.
+    models and prompts always come from the same place.
     """
-    from .models import data_dir
-
     return data_dir() / "prompts"
 
 

@@ -19,6 +19,15 @@ from transformers import (
     Qwen2ForCausalLM,
 )
 
+@pytest.fixture(autouse=True, scope="session")
+def one_thread():
+    """Tiny models run fastest on one thread (and far faster than two contended ones on a busy machine)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 TINY_VOCAB = 64
 TINY_CONTEXT = 128
 

@@ -237,8 +237,9 @@ def test_model_check_missing_models_dir_is_a_fail_line(monkeypatch):
 
 
 def test_model_check_with_the_real_loader_and_an_empty_data_dir(monkeypatch, tmp_path):
-    models = pytest.importorskip("specdec_lib.models")
-    monkeypatch.setenv(models.DATA_DIR_ENV_VAR, str(tmp_path))  # a data/ folder without models/
+    from specdec_lib.paths import DATA_DIR_ENV_VAR
+
+    monkeypatch.setenv(DATA_DIR_ENV_VAR, str(tmp_path))  # a data/ folder without models/
     out = io.StringIO()
     assert doctor.run_checks([doctor._model_check("target")], out=out) == 1
     line = out.getvalue().splitlines()[0]

@@ -14,15 +14,6 @@ from specdec_lib.sampling import GREEDY, SamplingConfig, logits_to_probs, make_g
 SAMPLING = SamplingConfig(temperature=0.8, top_k=20)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models run fastest on one thread (and far faster than two contended ones on a busy machine)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def test_greedy_draft_is_the_draft_models_own_greedy_continuation(tiny_draft_llama, prompt_ids):
     drafter = DraftModelDrafter(tiny_draft_llama)
     drafter.begin(prompt_ids)

@@ -30,15 +30,6 @@ GAMMAS = [1, 2, 3, 4, 6, 8]
 LONGEST = 20
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models run fastest on one thread (and far faster than two contended ones on a busy machine)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def hf_greedy(model, ids, max_new_tokens):
     """transformers' own greedy decoding (no early stop), the reference."""
     with torch.no_grad():
