@@ -118,3 +118,17 @@ def make_model_folder() -> Callable[..., Path]:
 def prompt_ids() -> torch.Tensor:
     """A fixed prompt ``LongTensor[1, 7]`` of ids valid for the tiny models."""
     return torch.tensor([[0, 5, 17, 42, 3, 8, 61]])
+
+
+def hf_greedy(model: PreTrainedModel, ids: torch.Tensor, max_new_tokens: int, eos_token_id: int | None = None) -> list[int]:
+    """transformers' own greedy decoding, the reference every greedy method must equal token for token."""
+    with torch.no_grad():
+        out = model.generate(
+            ids,
+            do_sample=False,
+            max_new_tokens=max_new_tokens,
+            eos_token_id=eos_token_id,
+            pad_token_id=model.config.pad_token_id,
+            attention_mask=torch.ones_like(ids),
+        )
+    return out[0, ids.shape[1] :].tolist()

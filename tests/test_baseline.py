@@ -5,26 +5,13 @@ import warnings
 import pytest
 import torch
 
+from conftest import hf_greedy
 from specdec_lib.baseline import autoregressive_generate
 from specdec_lib.errors import ConfigError, ContextOverflowError, InputError
 from specdec_lib.sampling import SamplingConfig
 from specdec_lib.trace import acceptance_rate, target_forwards, tokens_per_target_forward
 
 SAMPLING = SamplingConfig(temperature=1.0, top_k=20, top_p=0.95)
-
-
-def hf_greedy(model, ids, max_new_tokens, eos_token_id=None):
-    """transformers' own greedy decoding, the reference."""
-    with torch.no_grad():
-        out = model.generate(
-            ids,
-            do_sample=False,
-            max_new_tokens=max_new_tokens,
-            eos_token_id=eos_token_id,
-            pad_token_id=model.config.pad_token_id,
-            attention_mask=torch.ones_like(ids),
-        )
-    return out[0, ids.shape[1] :].tolist()
 
 
 @pytest.mark.parametrize("prompt", [[0, 5, 17, 42, 3, 8, 61], [7], [2, 9, 30]])

@@ -9,6 +9,7 @@ import copy
 import pytest
 import torch
 
+from conftest import hf_greedy
 from specdec_lib import Draft, Drafter, DraftModelDrafter, speculative_generate
 from specdec_lib.baseline import autoregressive_generate
 from specdec_lib.errors import ConfigError, InputError
@@ -28,20 +29,6 @@ from specdec_lib.trace import (
 PROMPTS = [[0, 5, 17, 42, 3, 8, 61], [7], [2, 9, 30]]
 GAMMAS = [1, 2, 3, 4, 6, 8]
 LONGEST = 20
-
-
-def hf_greedy(model, ids, max_new_tokens):
-    """transformers' own greedy decoding (no early stop), the reference."""
-    with torch.no_grad():
-        out = model.generate(
-            ids,
-            do_sample=False,
-            max_new_tokens=max_new_tokens,
-            eos_token_id=None,
-            pad_token_id=model.config.pad_token_id,
-            attention_mask=torch.ones_like(ids),
-        )
-    return out[0, ids.shape[1] :].tolist()
 
 
 def with_noise(model, scale, seed=0):
