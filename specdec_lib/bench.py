@@ -1,0 +1,289 @@
+"""`python -m specdec_lib bench`: our greedy speculative decoding against the baseline and transformers, one table.
+
+    python -m specdec_lib bench                                  # 8 code prompts, 64 new tokens, gammas 1..8
+    python -m specdec_lib bench --task prose --gammas 2,4 --repeats 5 --json runs/bench.json
+
+One row per method (and draft length gamma): our autoregressive baseline, transformers' greedy ``generate``, our
+speculative decoding and transformers' assisted generation, all on the same prompts, the same pair and the same
+stopping rule. How the numbers are measured (warm-up, interleaved repeats, medians, c, alpha) is explained in
+`specdec_lib.benchmarking`, which does the measuring; this module parses arguments and prints.
+
+Exit codes: 0 done; 1 the models or prompts could not be loaded; 2 bad arguments (argparse style).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+from pathlib import Path
+from typing import Sequence
+
+DEFAULT_GAMMAS = (1, 2, 3, 4, 6, 8)
+DEFAULT_TASK = "code"
+DEFAULT_PROMPTS = 8
+DEFAULT_MAX_NEW_TOKENS = 64
+DEFAULT_REPEATS = 3
+
+# column key -> (header, format of a value); None values print blank
+COLUMNS: dict[str, tuple[str, str]] = {
+    "method": ("method", "{}"),
+    "gamma": ("gamma", "{}"),
+    "tokens_per_s": ("tokens/s", "{:.1f}"),
+    "speedup": ("speed-up", "{:.2f}x"),
+    "tokens_per_target_forward": ("tok/fwd", "{:.2f}"),
+    "acceptance_rate": ("accept", "{:.2f}"),
+    "c": ("c", "{:.3f}"),
+    "alpha": ("alpha", "{:.3f}"),
+    "predicted_speedup": ("predicted", "{:.2f}x"),
+    "measured_over_predicted": ("meas/pred", "{:.2f}"),
+    "identical": ("identical", "{}"),
+}
+
+LEGEND = """\
+tokens/s   median over repeats of (new tokens / wall seconds) over all prompts
+speed-up   median over repeats of tokens/s divided by the baseline's (autoregressive) in the same repeat
+tok/fwd    new tokens per target forward (prefill included); accept: accepted / drafted tokens
+           (ours: from the traces; hf-assisted: from forward counts in the warm-up pass)
+c          our median draft time per drafted token / the baseline's median time per target forward
+alpha      per-token acceptance giving the measured tokens per verification round (Leviathan et al.)
+predicted  expected_speedup(alpha, gamma, c); meas/pred = speed-up / predicted
+identical  the method's tokens equal the baseline's for every prompt, in every run"""
+
+
+# --------------------------------------------------------------------------- arguments
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value}")
+    return value
+
+
+def parse_gammas(text: str) -> tuple[int, ...]:
+    """``"1,2,4"`` -> ``(1, 2, 4)``: comma-separated draft lengths >= 1, sorted, duplicates dropped."""
+    pieces = [piece.strip() for piece in text.split(",")]
+    if not text.strip() or any(not piece for piece in pieces):
+        raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers >= 1 such as 1,2,4; got {text!r}")
+    gammas = []
+    for piece in pieces:
+        try:
+            gamma = int(piece)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{piece!r} is not a whole number; give draft lengths such as 1,2,4"
+            ) from None
+        if gamma < 1:
+            raise argparse.ArgumentTypeError(f"every gamma must be >= 1 (a round drafts at least one token), got {gamma}")
+        gammas.append(gamma)
+    return tuple(sorted(set(gammas)))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from .models import PRESETS
+    from .prompts import TASKS
+
+    parser = argparse.ArgumentParser(
+        prog="python -m specdec_lib bench",
+        description="Benchmark greedy decoding on one model pair: our autoregressive baseline, transformers' "
+        "greedy generate, our speculative decoding and transformers' assisted generation (for each gamma), "
+        "on the same prompts. Prints a table; the measuring protocol is in specdec_lib/benchmarking.py.",
+        epilog="Exit codes: 0 done, 1 models or prompts could not be loaded, 2 bad arguments. Timings depend on the "
+        "machine's load: close other programs, and compare runs made on the same quiet machine.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("--task", choices=TASKS, default=DEFAULT_TASK, help="prompt set")
+    parser.add_argument("--prompts", type=_positive_int, default=DEFAULT_PROMPTS, help="first N prompts of the set")
+    parser.add_argument("--max-new-tokens", type=_positive_int, default=DEFAULT_MAX_NEW_TOKENS,
+                        help="tokens to generate per prompt (fewer when EOS comes first)")
+    parser.add_argument("--gammas", type=parse_gammas, default=DEFAULT_GAMMAS, metavar="G1,G2,...",
+                        help="draft lengths to compare, comma-separated")
+    parser.add_argument("--repeats", type=_positive_int, default=DEFAULT_REPEATS,
+                        help="timed passes over the prompts (after one warm-up pass)")
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="embedded",
+                        help="model pair (see specdec_lib.list_presets(); hub presets need internet)")
+    parser.add_argument("--device", default=None,
+                        help="cpu, cuda, cuda:1, mps (default: SPECDEC_DEVICE, else the best available)")
+    parser.add_argument("--threads", type=_positive_int, default=None,
+                        help="torch CPU threads (default: torch's own choice)")
+    parser.add_argument("--no-transformers", action="store_true",
+                        help="leave out transformers' generate and assisted generation (faster)")
+    parser.add_argument("--json", type=Path, default=None, metavar="PATH",
+                        help="also write every number (and per-prompt raw times) to this JSON file")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    return parser
+
+
+# --------------------------------------------------------------------------- printing
+
+
+def _cell(key: str, value: object) -> str:
+    if value is None:
+        return ""
+    if key == "identical":
+        return "yes" if value else "NO"
+    return COLUMNS[key][1].format(value)
+
+
+def format_table(rows: Sequence[dict]) -> str:
+    """The rows as aligned text: one header line, then one line per row (text left-aligned, numbers right)."""
+    keys = list(COLUMNS)
+    cells = [[COLUMNS[key][0] for key in keys]] + [[_cell(key, row.get(key)) for key in keys] for row in rows]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(keys))]
+    left = {"method", "identical"}
+    lines = []
+    for line in cells:
+        parts = [text.ljust(w) if key in left else text.rjust(w) for key, text, w in zip(keys, line, widths)]
+        lines.append("  ".join(parts).rstrip())
+    return "\n".join(lines)
+
+
+def format_profile(profile: dict | None) -> str:
+    if profile is None:
+        return "profile: no speculative run to profile"
+    return (
+        f"where our time goes at the best gamma ({profile['method']}, gamma={profile['gamma']}; one extra pass with "
+        f"timed forwards, {profile['total_s']:.2f} s): draft forwards {profile['draft_pct']:.0f}%, "
+        f"target forwards (verify) {profile['verify_pct']:.0f}%, other {profile['other_pct']:.0f}% "
+        "(acceptance, cache bookkeeping, Python overhead = total - draft - verify)"
+    )
+
+
+def machine_info(device: object) -> dict:
+    """Device, library versions and threads: what a reader needs to compare two benchmark runs."""
+    import torch
+    import transformers
+
+    from .devices import describe_device
+
+    return {
+        "device": describe_device(device),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "python": platform.python_version(),
+        "torch_threads": torch.get_num_threads(),
+        "cpu_count": os.cpu_count(),
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+    }
+
+
+def format_machine(machine: dict, settings: dict) -> str:
+    gammas = ",".join(str(g) for g in settings["gammas"])
+    return "\n".join(
+        [
+            f"machine:  {machine['device']}, {machine['cpu_count']} CPUs ({machine['processor']}), "
+            f"torch {machine['torch']} ({machine['torch_threads']} threads), transformers {machine['transformers']}, "
+            f"python {machine['python']}",
+            f"settings: preset {settings['preset']}, task {settings['task']}, {settings['prompts']} prompts, "
+            f"max {settings['max_new_tokens']} new tokens, gammas {gammas}, {settings['repeats']} timed "
+            f"repeat{'s' if settings['repeats'] != 1 else ''} after 1 warm-up pass, greedy, "
+            f"EOS id {settings['eos_token_id']}",
+        ]
+    )
+
+
+# --------------------------------------------------------------------------- command
+
+
+def _fail(message: str) -> int:
+    print(f"python -m specdec_lib bench: error: {message}", file=sys.stderr)
+    return 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+
+    import torch
+
+    from .benchmarking import resolve_eos, run_benchmark
+    from .devices import get_device
+    from .errors import ConfigError, ContextOverflowError, SpecdecError
+    from .models import load_pair
+    from .modeling import check_fits_context
+    from .prompts import load_prompts
+    from .training.measure import encode_prompts
+
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    try:
+        device = get_device(args.device)
+    except ConfigError as error:
+        parser.error(str(error))
+    try:
+        prompts = load_prompts(args.task)
+    except (OSError, ValueError) as error:
+        return _fail(str(error))
+    if args.prompts > len(prompts):
+        parser.error(f"--prompts {args.prompts}: the {args.task} set has only {len(prompts)} prompts")
+    prompts = prompts[: args.prompts]
+    try:
+        pair = load_pair(args.preset, device=device)
+        prompt_ids = encode_prompts(pair.target_tokenizer, [p.prompt for p in prompts], device)
+        for prompt, ids in zip(prompts, prompt_ids):
+            check_fits_context(pair.target, ids.shape[1], args.max_new_tokens)
+            check_fits_context(pair.draft, ids.shape[1], args.max_new_tokens)
+    except ContextOverflowError as error:
+        parser.error(f"prompt {prompt.id}: {error}")
+    except (SpecdecError, OSError) as error:
+        return _fail(str(error))
+
+    try:
+        report = run_benchmark(
+            pair,
+            prompt_ids,
+            gammas=args.gammas,
+            max_new_tokens=args.max_new_tokens,
+            repeats=args.repeats,
+            transformers=not args.no_transformers,
+            progress=not args.no_progress,
+        )
+    except SpecdecError as error:  # e.g. a pair whose draft does not share the target's tokenizer
+        parser.error(str(error))
+
+    settings = {
+        "preset": args.preset,
+        "task": args.task,
+        "prompts": len(prompts),
+        "max_new_tokens": args.max_new_tokens,
+        "gammas": list(args.gammas),
+        "repeats": args.repeats,
+        "eos_token_id": resolve_eos(pair),
+        "transformers": not args.no_transformers,
+    }
+    machine = machine_info(device)
+    print(format_table(report.rows))
+    print()
+    print(format_profile(report.profile))
+    print()
+    print(format_machine(machine, settings))
+    print()
+    print(LEGEND)
+
+    if args.json is not None:
+        document = {
+            "settings": settings,
+            "machine": machine,
+            "prompts": [{"id": p.id, "prompt_tokens": int(ids.shape[1])} for p, ids in zip(prompts, prompt_ids)],
+            "rows": report.rows,
+            "profile": report.profile,
+            "raw": report.raw,
+        }
+        try:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+        except OSError as error:
+            return _fail(f"could not write {args.json}: {error}")
+        print(f"\nwrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,653 @@
+"""Measure greedy decoding methods side by side on the same prompts (the numbers behind ``python -m specdec_lib bench``).
+
+Four ways to decode greedily with the same target model, which must all emit the same tokens:
+
+    autoregressive   our baseline: the target alone, one cached forward per token (`autoregressive_generate`)
+    speculative      our greedy speculative decoding with the pair's draft model, for each gamma
+    hf-assisted      transformers' assisted generation, ``target.generate(assistant_model=draft)``, draft length
+                     fixed to gamma (``num_assistant_tokens=gamma``, schedule ``"constant"``, no confidence stop)
+    hf-greedy        transformers' plain ``target.generate(do_sample=False)``: the framework's own greedy loop
+
+Timing protocol (machines are noisy, so drift must hit every method alike):
+
+1. **warm-up**: one untimed pass of every method over every prompt. It also fixes the reference tokens (the
+   baseline's) and counts each method's model forwards with forward hooks, which is how transformers' methods get
+   their tokens per target forward (the timed runs carry no hooks).
+2. **repeats**: for each repeat, for each prompt, every method runs back to back (interleaved; the order rotates
+   with the prompt and the repeat so that no method always runs first). Each generation is timed as a whole, with
+   ``devices.synchronize`` before and after.
+3. **throughput**: per repeat, tokens/s = all new tokens / all seconds over the prompts; the row shows the median over
+   repeats. **speed-up**: per repeat, the method's tokens/s over the baseline's in the *same* repeat; median over
+   repeats.
+
+Derived columns (`build_report`), for our speculative rows:
+
+- tokens per target forward and acceptance rate come from the traces (`trace.summarize` semantics);
+- **c** (draft cost / target cost) comes from the same timed traces: median over rounds of
+  ``draft_time / draft_forwards`` (what one drafted token really costs our loop, proposing and bookkeeping
+  included), over the median ``verify_time`` of the baseline's decoding rounds (one target forward per token,
+  prefill excluded). It is measured in the same interleaved runs, so it sees the same machine load;
+- **alpha** is the per-token acceptance under which Leviathan et al.'s model gives the measured tokens per
+  *verification* round (`theory.alpha_from_tokens_per_round`; the prefill round, which verifies nothing, is left
+  out), and **predicted** is `theory.expected_speedup(alpha, gamma, c)`. measured / predicted below 1 is the cost
+  the model ignores: verifying gamma + 1 positions costs more than one, and Python bookkeeping.
+
+For hf-assisted, tokens per target forward, acceptance and alpha come from the warm-up's forward counts: every
+target forward is a verification (the first one also reads the prompt), one draft forward drafts one token, so
+``accepted = tokens - target forwards`` (exact unless an EOS cut a round short) and ``drafted = draft forwards``.
+Its per-forward times are not observable without hooks in the timed runs, so its c and prediction stay blank.
+
+**Profile** (`profile_method`): after the repeats, one more pass of our best gamma with every draft and target
+forward timed by hooks splits its time into draft forwards, target forwards (verification) and the rest (the
+acceptance test, cache bookkeeping, Python). The traces cannot give that split: their rounds tile the whole loop,
+so bookkeeping is folded into their draft and verify phases.
+"""
+
+from __future__ import annotations
+
+import copy
+import statistics
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
+from transformers import PreTrainedModel
+
+from .baseline import autoregressive_generate
+from .devices import synchronize
+from .drafters import DraftModelDrafter
+from .drafters.base import Drafter
+from .errors import ConfigError
+from .models import ModelPair
+from .speculative import check_gamma, speculative_generate
+from .theory import alpha_from_tokens_per_round, expected_speedup
+from .trace import GenerationResult
+
+BASELINE = "autoregressive"
+SPECULATIVE = "speculative"
+HF_ASSISTED = "hf-assisted"
+HF_GREEDY = "hf-greedy"
+
+#: The columns of a report row, in table order (`bench.format_table` prints exactly these).
+ROW_COLUMNS = (
+    "method",
+    "gamma",
+    "tokens_per_s",
+    "speedup",
+    "tokens_per_target_forward",
+    "acceptance_rate",
+    "c",
+    "alpha",
+    "predicted_speedup",
+    "measured_over_predicted",
+    "identical",
+)
+
+
+# --------------------------------------------------------------------------- methods
+
+
+@dataclass(frozen=True)
+class GenerationSpec:
+    """What every method is asked for: the same length limit and the same end-of-sequence token."""
+
+    max_new_tokens: int
+    eos_token_id: int | None = None  # None: never stop early (every method alike)
+    pad_token_id: int | None = None  # only for transformers' generate (silences its warning); defaults to EOS
+
+
+class Method:
+    """One way to decode greedily. Subclasses implement `generate`; ``key`` names the row (``name[gamma=g]``)."""
+
+    name: str = "method"
+    gamma: int | None = None
+    source: str = ""  # where the row's tokens-per-forward and acceptance come from ("trace", "forward counts")
+
+    @property
+    def key(self) -> str:
+        return self.name if self.gamma is None else f"{self.name}[gamma={self.gamma}]"
+
+    def generate(self, input_ids: torch.Tensor) -> tuple[list[int], GenerationResult | None]:
+        """The new tokens after ``input_ids: LongTensor[1, T]``, and our `GenerationResult` when there is one."""
+        raise NotImplementedError
+
+
+class Autoregressive(Method):
+    name, source = BASELINE, "trace"
+
+    def __init__(self, target: PreTrainedModel, spec: GenerationSpec) -> None:
+        self.target, self.spec = target, spec
+
+    def generate(self, input_ids: torch.Tensor) -> tuple[list[int], GenerationResult | None]:
+        result = autoregressive_generate(
+            self.target, input_ids, max_new_tokens=self.spec.max_new_tokens, eos_token_id=self.spec.eos_token_id
+        )
+        return result.new_token_list, result
+
+
+class Speculative(Method):
+    name, source = SPECULATIVE, "trace"
+
+    def __init__(self, target: PreTrainedModel, drafter: Drafter, gamma: int, spec: GenerationSpec) -> None:
+        check_gamma(gamma)
+        self.target, self.drafter, self.gamma, self.spec = target, drafter, gamma, spec
+
+    def generate(self, input_ids: torch.Tensor) -> tuple[list[int], GenerationResult | None]:
+        result = speculative_generate(
+            self.target,
+            self.drafter,
+            input_ids,
+            gamma=self.gamma,
+            max_new_tokens=self.spec.max_new_tokens,
+            eos_token_id=self.spec.eos_token_id,
+        )
+        return result.new_token_list, result
+
+
+def _hf_generate_kwargs(input_ids: torch.Tensor, spec: GenerationSpec) -> dict:
+    """Greedy ``generate`` arguments that stop exactly where our functions stop (same length, same EOS)."""
+    pad = spec.pad_token_id if spec.pad_token_id is not None else spec.eos_token_id
+    kwargs: dict = {
+        "attention_mask": torch.ones_like(input_ids),
+        "do_sample": False,
+        "num_beams": 1,
+        "max_new_tokens": spec.max_new_tokens,
+    }
+    if spec.eos_token_id is not None:
+        kwargs["eos_token_id"] = spec.eos_token_id
+    if pad is not None:
+        kwargs["pad_token_id"] = pad
+    return kwargs
+
+
+class HFGreedy(Method):
+    name, source = HF_GREEDY, "forward counts"
+
+    def __init__(self, target: PreTrainedModel, spec: GenerationSpec) -> None:
+        self.target, self.spec = target, spec
+        self._target_config = _config_for(target, spec)
+
+    def generate(self, input_ids: torch.Tensor) -> tuple[list[int], GenerationResult | None]:
+        input_ids = input_ids.to(self.target.device)
+        with _swapped_generation_config(self.target, self._target_config):
+            output = self.target.generate(input_ids, **_hf_generate_kwargs(input_ids, self.spec))
+        return output[0, input_ids.shape[1] :].tolist(), None
+
+
+def _config_for(model: PreTrainedModel, spec: GenerationSpec, **changes: object):
+    """A copy of ``model.generation_config`` with ``changes``; when ``spec`` has no EOS, also without the model's
+    default EOS (``generate`` fills an unset ``eos_token_id`` from it, so passing None is not enough)."""
+    config = copy.deepcopy(model.generation_config)
+    if spec.eos_token_id is None:
+        config.eos_token_id = None
+    for name, value in changes.items():
+        setattr(config, name, value)
+    return config
+
+
+@contextmanager
+def _swapped_generation_config(model: PreTrainedModel, config) -> Iterator[None]:
+    """Use ``config`` as ``model.generation_config`` inside the block (a reference swap: nothing copied while
+    timing), then restore the original object."""
+    saved = model.generation_config
+    model.generation_config = config
+    try:
+        yield
+    finally:
+        model.generation_config = saved
+
+
+def assistant_config(draft: PreTrainedModel, gamma: int, spec: GenerationSpec):
+    """The draft's generation config that makes transformers' assisted generation draft exactly ``gamma`` tokens
+    per round, like our loop.
+
+    transformers (5.24, ``AssistedCandidateGenerator``) reads three settings from the *assistant's*
+    ``generation_config``: ``num_assistant_tokens`` (draft length, default 20), ``num_assistant_tokens_schedule``
+    (default ``"constant"``; ``"heuristic"`` would grow/shrink it between rounds and even between calls) and
+    ``assistant_confidence_threshold`` (default 0.4: stop drafting early when the draft's top probability drops
+    below it; 0 disables that stop, while None would be replaced by the 0.4 default). transformers itself gives
+    the assistant the target's EOS.
+    """
+    return _config_for(
+        draft,
+        spec,
+        num_assistant_tokens=gamma,
+        num_assistant_tokens_schedule="constant",
+        assistant_confidence_threshold=0.0,
+    )
+
+
+class HFAssisted(Method):
+    name, source = HF_ASSISTED, "forward counts"
+
+    def __init__(self, target: PreTrainedModel, draft: PreTrainedModel, gamma: int, spec: GenerationSpec) -> None:
+        check_gamma(gamma)
+        self.target, self.draft, self.gamma, self.spec = target, draft, gamma, spec
+        self._target_config = _config_for(target, spec)
+        self._draft_config = assistant_config(draft, gamma, spec)
+
+    def generate(self, input_ids: torch.Tensor) -> tuple[list[int], GenerationResult | None]:
+        """``target.generate(assistant_model=draft)``; the draft's own generation config is restored afterwards."""
+        input_ids = input_ids.to(self.target.device)
+        with (
+            _swapped_generation_config(self.target, self._target_config),
+            _swapped_generation_config(self.draft, self._draft_config),
+        ):
+            output = self.target.generate(
+                input_ids, assistant_model=self.draft, **_hf_generate_kwargs(input_ids, self.spec)
+            )
+        return output[0, input_ids.shape[1] :].tolist(), None
+
+
+def resolve_eos(pair: ModelPair) -> int | None:
+    """The EOS every method stops at: the target tokenizer's, else the target's generation config's (if one id)."""
+    eos = pair.target_tokenizer.eos_token_id
+    if eos is None:
+        eos = getattr(pair.target.generation_config, "eos_token_id", None)
+        if isinstance(eos, (list, tuple)):
+            eos = eos[0] if len(eos) == 1 else None
+    return eos
+
+
+def build_methods(
+    pair: ModelPair, gammas: Sequence[int], spec: GenerationSpec, *, transformers: bool = True
+) -> list[Method]:
+    """The benchmark's methods for ``pair``: baseline, hf-greedy, ours for each gamma, hf-assisted for each gamma.
+
+    ``transformers=False`` leaves out transformers' two methods. One `DraftModelDrafter` serves every gamma (it
+    resets its cache at each generation); building it checks that the pair shares a tokenizer.
+    """
+    if not gammas:
+        raise ConfigError("gammas is empty: give at least one draft length, e.g. (2, 4).")
+    for gamma in gammas:
+        check_gamma(gamma)
+    drafter = DraftModelDrafter.for_pair(pair)
+    methods: list[Method] = [Autoregressive(pair.target, spec)]
+    if transformers:
+        methods.append(HFGreedy(pair.target, spec))
+    methods += [Speculative(pair.target, drafter, gamma, spec) for gamma in gammas]
+    if transformers:
+        methods += [HFAssisted(pair.target, pair.draft, gamma, spec) for gamma in gammas]
+    return methods
+
+
+# --------------------------------------------------------------------------- measuring
+
+
+@contextmanager
+def count_forwards(models: dict[str, torch.nn.Module]) -> Iterator[dict[str, int]]:
+    """Count calls of each model's forward (``{role: count}``, live) with forward pre-hooks, removed on exit."""
+    counts = {role: 0 for role in models}
+    handles = []
+    for role, model in models.items():
+
+        def hook(module, args, role=role):  # noqa: ARG001 (signature fixed by torch)
+            counts[role] += 1
+
+        handles.append(model.register_forward_pre_hook(hook))
+    try:
+        yield counts
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+@dataclass
+class Run:
+    """One generation: its new tokens, its wall time, and our trace when the method has one."""
+
+    tokens: list[int]
+    seconds: float
+    result: GenerationResult | None = None
+
+    @property
+    def new_tokens(self) -> int:
+        return len(self.tokens)
+
+
+@dataclass
+class Measurements:
+    """Everything `measure` recorded; `build_report` turns it into rows."""
+
+    methods: list[Method]
+    prompt_lengths: list[int]
+    reference: list[list[int]]  # [prompt] the baseline's tokens in the warm-up pass
+    warmup: dict[str, list[Run]]  # key -> [prompt]
+    timed: dict[str, list[list[Run]]]  # key -> [repeat][prompt]
+    forward_counts: dict[str, dict[str, int]]  # key -> {"target": n, "draft": n} over the warm-up pass
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+
+
+def _timed(method: Method, input_ids: torch.Tensor, device: torch.device) -> Run:
+    synchronize(device)
+    start = time.perf_counter()
+    tokens, result = method.generate(input_ids)
+    synchronize(device)
+    return Run(tokens, time.perf_counter() - start, result)
+
+
+def measure(
+    methods: Sequence[Method],
+    prompts: Sequence[torch.Tensor],
+    *,
+    repeats: int,
+    device: torch.device | str = "cpu",
+    count_models: dict[str, torch.nn.Module] | None = None,
+    progress: bool = True,
+) -> Measurements:
+    """Run the protocol of the module docstring: a warm-up pass (with forward counts of ``count_models``, e.g.
+    ``{"target": ..., "draft": ...}``), then ``repeats`` interleaved timed passes over ``prompts`` (each
+    ``LongTensor[1, T]``). The first method is the baseline every other is compared with.
+    """
+    from tqdm.auto import tqdm
+
+    if not methods:
+        raise ConfigError("No methods to benchmark.")
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ConfigError(f"repeats must be an integer >= 1, got {repeats!r}.")
+    if not prompts:
+        raise ConfigError("No prompts to benchmark: give at least one.")
+    methods = list(methods)
+    keys = [method.key for method in methods]
+    if len(set(keys)) != len(keys):
+        raise ConfigError(f"Two methods share a name: {keys}.")
+    device = torch.device(device)
+    count_models = count_models or {}
+    bar = tqdm(total=(repeats + 1) * len(prompts) * len(methods), desc="warm-up", disable=not progress, leave=False)
+
+    warmup: dict[str, list[Run]] = {key: [] for key in keys}
+    forward_counts: dict[str, dict[str, int]] = {key: {role: 0 for role in count_models} for key in keys}
+    timed: dict[str, list[list[Run]]] = {key: [] for key in keys}
+    try:
+        with torch.inference_mode():
+            for input_ids in prompts:
+                for method in methods:
+                    with count_forwards(count_models) as counts:
+                        warmup[method.key].append(_timed(method, input_ids, device))
+                    for role, count in counts.items():
+                        forward_counts[method.key][role] += count
+                    bar.update()
+            for repeat in range(repeats):
+                bar.set_description(f"repeat {repeat + 1}/{repeats}")
+                for key in keys:
+                    timed[key].append([])
+                for index, input_ids in enumerate(prompts):
+                    shift = (repeat + index) % len(methods)  # rotate who runs first
+                    for method in methods[shift:] + methods[:shift]:
+                        timed[method.key][repeat].append(_timed(method, input_ids, device))
+                        bar.update()
+    finally:
+        bar.close()
+    return Measurements(
+        methods=methods,
+        prompt_lengths=[int(p.shape[1]) for p in prompts],
+        reference=[run.tokens for run in warmup[keys[0]]],
+        warmup=warmup,
+        timed=timed,
+        forward_counts=forward_counts,
+        device=device,
+    )
+
+
+# --------------------------------------------------------------------------- report
+
+
+@dataclass
+class Report:
+    """Rows (one per method and gamma, columns `ROW_COLUMNS` plus details), raw times, and the profile of our
+    best gamma (`profile_method`; None until one is run)."""
+
+    rows: list[dict]
+    profile: dict | None
+    raw: dict[str, dict]
+
+    def row(self, method: str, gamma: int | None = None) -> dict:
+        """The row of ``method`` (and ``gamma``); KeyError if absent."""
+        for row in self.rows:
+            if row["method"] == method and row["gamma"] == gamma:
+                return row
+        raise KeyError((method, gamma))
+
+
+def _tokens_per_second(runs: list[Run]) -> float | None:
+    seconds = sum(run.seconds for run in runs)
+    return sum(run.new_tokens for run in runs) / seconds if seconds > 0 else None
+
+
+def _median(values: list[float]) -> float | None:
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def _alpha(tokens_per_round: float | None, gamma: int | None) -> float | None:
+    if tokens_per_round is None or not gamma:
+        return None
+    return alpha_from_tokens_per_round(min(max(float(tokens_per_round), 1.0), gamma + 1.0), gamma)
+
+
+def _trace_numbers(runs: list[Run]) -> dict:
+    """Forwards, acceptance and tokens per (verification) round summed over our traces of one pass."""
+    rounds = [result.trace.rounds for run in runs if (result := run.result) is not None]
+    tokens = sum(run.new_tokens for run in runs)
+    target_forwards = sum(len(r) for r in rounds)
+    verification = [record for r in rounds for record in r[1:]]  # the prefill round verifies nothing
+    drafted = sum(record.drafted for record in verification)
+    return {
+        "new_tokens": tokens,
+        "target_forwards": target_forwards,
+        "draft_forwards": sum(record.draft_forwards for r in rounds for record in r),
+        "tokens_per_target_forward": tokens / target_forwards if target_forwards else None,
+        "acceptance_rate": sum(record.accepted for record in verification) / drafted if drafted else None,
+        "tokens_per_verification_round": (
+            sum(record.emitted for record in verification) / len(verification) if verification else None
+        ),
+    }
+
+
+def _count_numbers(runs: list[Run], counts: dict[str, int], method: Method) -> dict:
+    """The same numbers from the warm-up's forward counts (transformers' methods, which have no trace)."""
+    tokens = sum(run.new_tokens for run in runs)
+    target_forwards = counts.get("target")
+    draft_forwards = counts.get("draft") if method.gamma is not None else 0
+    per_forward = tokens / target_forwards if target_forwards else None
+    acceptance = None
+    if method.gamma is not None and target_forwards and draft_forwards:
+        acceptance = max(tokens - target_forwards, 0) / draft_forwards
+    return {
+        "new_tokens": tokens,
+        "target_forwards": target_forwards,
+        "draft_forwards": draft_forwards,
+        "tokens_per_target_forward": per_forward,
+        "acceptance_rate": acceptance,
+        "tokens_per_verification_round": per_forward if method.gamma is not None else None,
+    }
+
+
+def _baseline_forward_seconds(runs: list[list[Run]]) -> float | None:
+    """Median seconds of one target forward of the baseline: its decoding rounds (prefill excluded)."""
+    times = [record.verify_time for repeat in runs for run in repeat if run.result for record in run.result.trace.rounds[1:]]
+    return _median(times)
+
+
+def _draft_token_seconds(runs: list[list[Run]]) -> float | None:
+    """Median over our rounds of draft time per draft forward (what one drafted token costs, bookkeeping included)."""
+    times = [
+        record.draft_time / record.draft_forwards
+        for repeat in runs
+        for run in repeat
+        if run.result
+        for record in run.result.trace.rounds
+        if record.draft_forwards > 0
+    ]
+    return _median(times)
+
+
+def build_report(measurements: Measurements) -> Report:
+    """Rows of `ROW_COLUMNS` (plus details) for every method, and raw times (the profile is `profile_method`'s)."""
+    methods = measurements.methods
+    baseline = methods[0]
+    reference = measurements.reference
+    base_runs = measurements.timed[baseline.key]
+    repeats = len(base_runs)
+    base_tps = [_tokens_per_second(base_runs[r]) for r in range(repeats)]
+    target_seconds = _baseline_forward_seconds(base_runs)
+
+    rows: list[dict] = []
+    raw: dict[str, dict] = {}
+    for method in methods:
+        timed = measurements.timed[method.key]
+        warm = measurements.warmup[method.key]
+        tps = [_tokens_per_second(timed[r]) for r in range(repeats)]
+        ratios = [t / b if t is not None and b else None for t, b in zip(tps, base_tps)]
+        every_run = [warm] + timed
+        per_prompt = [all(passes[i].tokens == reference[i] for passes in every_run) for i in range(len(reference))]
+
+        if method.source == "trace":
+            numbers = _trace_numbers(timed[0])
+        else:
+            numbers = _count_numbers(warm, measurements.forward_counts[method.key], method)
+        if method.gamma is None:
+            numbers["acceptance_rate"] = None
+        alpha = _alpha(numbers["tokens_per_verification_round"], method.gamma)
+
+        c = predicted = None
+        if method.source == "trace" and method.gamma is not None:
+            draft_seconds = _draft_token_seconds(timed)
+            if draft_seconds is not None and target_seconds:
+                c = draft_seconds / target_seconds
+        if alpha is not None and c:
+            predicted = expected_speedup(alpha, method.gamma, c)
+        speedup = _median(ratios)
+
+        rows.append(
+            {
+                "method": method.name,
+                "gamma": method.gamma,
+                "tokens_per_s": _median(tps),
+                "speedup": speedup,
+                "tokens_per_target_forward": numbers["tokens_per_target_forward"],
+                "acceptance_rate": numbers["acceptance_rate"],
+                "c": c,
+                "alpha": alpha,
+                "predicted_speedup": predicted,
+                "measured_over_predicted": speedup / predicted if speedup is not None and predicted else None,
+                "identical": all(per_prompt),
+                # details (JSON only)
+                "key": method.key,
+                "counts_from": method.source,
+                "identical_per_prompt": per_prompt,
+                "tokens_per_s_per_repeat": tps,
+                "speedup_per_repeat": ratios,
+                "new_tokens": numbers["new_tokens"],
+                "target_forwards": numbers["target_forwards"],
+                "draft_forwards": numbers["draft_forwards"],
+                "tokens_per_verification_round": numbers["tokens_per_verification_round"],
+            }
+        )
+        raw[method.key] = {
+            "seconds": [[run.seconds for run in repeat] for repeat in timed],
+            "new_tokens": [[run.new_tokens for run in repeat] for repeat in timed],
+            "warmup_seconds": [run.seconds for run in warm],
+        }
+
+    return Report(rows=rows, profile=None, raw=raw)
+
+
+@contextmanager
+def time_forwards(models: dict[str, torch.nn.Module], device: torch.device | str) -> Iterator[dict[str, float]]:
+    """Sum the seconds spent inside each model's forward (``{role: seconds}``, live), with a pre-hook and a hook
+    around every call (the device synchronized at both ends); the hooks are removed on exit."""
+    seconds = {role: 0.0 for role in models}
+    started: dict[str, float] = {}
+    handles = []
+    for role, model in models.items():
+
+        def before(module, args, role=role):  # noqa: ARG001
+            synchronize(device)
+            started[role] = time.perf_counter()
+
+        def after(module, args, output, role=role):  # noqa: ARG001
+            synchronize(device)
+            seconds[role] += time.perf_counter() - started[role]
+
+        handles += [model.register_forward_pre_hook(before), model.register_forward_hook(after)]
+    try:
+        yield seconds
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def profile_method(
+    method: Method,
+    prompts: Sequence[torch.Tensor],
+    *,
+    draft: torch.nn.Module,
+    target: torch.nn.Module,
+    device: torch.device | str = "cpu",
+) -> dict:
+    """Where ``method``'s time goes: one extra pass over ``prompts`` with every forward of ``draft`` and ``target``
+    timed by hooks. ``other = total - draft - verify`` is everything outside the two models' forwards: the
+    acceptance test, argmax, cache crops, concatenations, Python overhead (and the hooks' own few microseconds).
+    """
+    device = torch.device(device)
+    total = 0.0
+    with torch.inference_mode(), time_forwards({"draft": draft, "target": target}, device) as seconds:
+        for input_ids in prompts:
+            total += _timed(method, input_ids, device).seconds
+    draft_s, verify_s = seconds["draft"], seconds["target"]
+    other_s = total - draft_s - verify_s
+    return {
+        "method": method.name,
+        "gamma": method.gamma,
+        "total_s": total,
+        "draft_s": draft_s,
+        "verify_s": verify_s,
+        "other_s": other_s,
+        "draft_pct": 100 * draft_s / total if total > 0 else None,
+        "verify_pct": 100 * verify_s / total if total > 0 else None,
+        "other_pct": 100 * other_s / total if total > 0 else None,
+    }
+
+
+def best_speculative(report: Report) -> dict | None:
+    """Our speculative row with the highest median speed-up (None if there is none)."""
+    ours = [row for row in report.rows if row["method"] == SPECULATIVE and row["speedup"] is not None]
+    return max(ours, key=lambda row: row["speedup"]) if ours else None
+
+
+# --------------------------------------------------------------------------- all together
+
+
+def run_benchmark(
+    pair: ModelPair,
+    prompts: Sequence[torch.Tensor],
+    *,
+    gammas: Sequence[int],
+    max_new_tokens: int,
+    repeats: int,
+    transformers: bool = True,
+    progress: bool = True,
+) -> Report:
+    """Benchmark ``pair`` on ``prompts`` (``LongTensor[1, T]`` each, target token ids): `build_methods`, `measure`,
+    `build_report`, then `profile_method` at our best gamma. Every method stops at the same EOS (`resolve_eos`)
+    or after ``max_new_tokens``."""
+    spec = GenerationSpec(max_new_tokens, resolve_eos(pair), pair.target_tokenizer.pad_token_id)
+    methods = build_methods(pair, gammas, spec, transformers=transformers)
+    prompts = [p.to(pair.device) for p in prompts]
+    measurements = measure(
+        methods,
+        prompts,
+        repeats=repeats,
+        device=pair.device,
+        count_models={"target": pair.target, "draft": pair.draft},
+        progress=progress,
+    )
+    report = build_report(measurements)
+    best = best_speculative(report)
+    if best is not None:
+        method = next(method for method in methods if method.key == best["key"])
+        report.profile = profile_method(method, prompts, draft=pair.draft, target=pair.target, device=pair.device)
+    return report

@@ -1,0 +1,359 @@
+"""`python -m specdec_lib bench` and the measuring behind it (`specdec_lib.benchmarking`), on tiny random models.
+
+No timing is asserted here: speed is what the benchmark measures, never what a unit test checks. The tests check
+that every method and gamma gets a row, that the derived columns follow from the runs (on hand-made traces), that
+`identical` catches a method whose tokens differ, that the JSON holds the table's numbers, and the command line.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import build_tiny_model, build_tiny_tokenizer
+from specdec_lib import bench
+from specdec_lib.benchmarking import (
+    BASELINE,
+    HF_ASSISTED,
+    HF_GREEDY,
+    SPECULATIVE,
+    Autoregressive,
+    GenerationSpec,
+    Measurements,
+    Method,
+    Run,
+    Speculative,
+    HFAssisted,
+    assistant_config,
+    build_methods,
+    build_report,
+    count_forwards,
+    measure,
+    run_benchmark,
+)
+from specdec_lib.errors import ConfigError, ModelNotFoundError
+from specdec_lib.models import ModelPair
+from specdec_lib.prompts import Prompt
+from specdec_lib.theory import expected_speedup
+from specdec_lib.trace import GenerationResult, RoundRecord, Trace
+
+ROOT = Path(__file__).resolve().parents[1]
+PROMPTS = [torch.tensor([[0, 5, 17, 42, 3, 8, 61]]), torch.tensor([[0, 9, 9, 30, 2]])]
+
+
+def tiny_pair(draft: torch.nn.Module | None = None) -> ModelPair:
+    tokenizer = build_tiny_tokenizer("a")
+    target = build_tiny_model(vocab_size=len(tokenizer))
+    if draft is None:
+        draft = build_tiny_model(seed=1, num_layers=1, vocab_size=len(tokenizer))
+    return ModelPair(target, draft, tokenizer, build_tiny_tokenizer("a"), "embedded", torch.device("cpu"))
+
+
+@pytest.fixture(scope="module")
+def pair() -> ModelPair:
+    return tiny_pair()
+
+
+@pytest.fixture(scope="module")
+def report(pair):
+    return run_benchmark(pair, PROMPTS, gammas=(1, 3), max_new_tokens=8, repeats=2, progress=False)
+
+
+# --------------------------------------------------------------------------- the runner
+
+
+def test_every_method_and_gamma_gets_a_row(report):
+    assert [(row["method"], row["gamma"]) for row in report.rows] == [
+        (BASELINE, None),
+        (HF_GREEDY, None),
+        (SPECULATIVE, 1),
+        (SPECULATIVE, 3),
+        (HF_ASSISTED, 1),
+        (HF_ASSISTED, 3),
+    ]
+    for row in report.rows:
+        assert set(bench.COLUMNS) <= set(row)
+        assert row["tokens_per_s"] > 0 and row["speedup"] > 0
+
+
+def test_every_method_emits_the_baselines_tokens(report):
+    for row in report.rows:
+        assert row["identical"] is True, row["key"]
+        assert row["identical_per_prompt"] == [True, True]
+
+
+def test_baseline_and_derived_columns(report):
+    base = report.row(BASELINE)
+    assert base["speedup"] == 1.0 and base["tokens_per_target_forward"] == 1.0
+    assert base["acceptance_rate"] is None and base["c"] is None and base["alpha"] is None
+    assert report.row(HF_GREEDY)["tokens_per_target_forward"] == 1.0
+    for gamma in (1, 3):
+        ours = report.row(SPECULATIVE, gamma)
+        assert 1.0 <= ours["tokens_per_target_forward"] <= gamma + 1
+        assert 0.0 <= ours["acceptance_rate"] <= 1.0 and 0.0 <= ours["alpha"] <= 1.0
+        assert ours["c"] > 0
+        assert ours["predicted_speedup"] == pytest.approx(expected_speedup(ours["alpha"], gamma, ours["c"]))
+        theirs = report.row(HF_ASSISTED, gamma)
+        assert theirs["c"] is None and theirs["predicted_speedup"] is None
+        assert 1.0 <= theirs["tokens_per_target_forward"] <= gamma + 1
+
+
+def test_raw_times_cover_every_repeat_and_prompt(report):
+    assert set(report.raw) == {row["key"] for row in report.rows}
+    for raw in report.raw.values():
+        assert len(raw["seconds"]) == 2 and all(len(repeat) == len(PROMPTS) for repeat in raw["seconds"])
+        assert len(raw["warmup_seconds"]) == len(PROMPTS)
+
+
+def test_profile_splits_our_time_at_the_best_gamma(report, pair):
+    profile = report.profile
+    best = max((row for row in report.rows if row["method"] == SPECULATIVE), key=lambda row: row["speedup"])
+    assert profile["gamma"] == best["gamma"]
+    assert profile["draft_pct"] + profile["verify_pct"] + profile["other_pct"] == pytest.approx(100)
+    assert profile["draft_pct"] > 0 and profile["verify_pct"] > 0 and profile["other_pct"] > 0
+    assert profile["draft_s"] + profile["verify_s"] + profile["other_s"] == pytest.approx(profile["total_s"])
+    for model in (pair.target, pair.draft):  # no hook left behind to slow later runs
+        assert not model._forward_hooks and not model._forward_pre_hooks
+
+
+class WrongOnLastPrompt(Method):
+    """Emits the baseline's tokens, except a changed last token on the last prompt."""
+
+    name = "wrong"
+
+    def __init__(self, baseline: Method) -> None:
+        self.baseline = baseline
+
+    def generate(self, input_ids):
+        tokens, _ = self.baseline.generate(input_ids)
+        if torch.equal(input_ids, PROMPTS[-1]):
+            tokens = tokens[:-1] + [(tokens[-1] + 1) % 64]
+        return tokens, None
+
+
+def test_identical_is_false_for_a_method_with_other_tokens(pair):
+    methods = build_methods(pair, (2,), GenerationSpec(6, None), transformers=False)
+    methods.append(WrongOnLastPrompt(methods[0]))
+    report = build_report(measure(methods, PROMPTS, repeats=1, progress=False))
+    assert report.row(SPECULATIVE, 2)["identical"] is True
+    wrong = report.row("wrong")
+    assert wrong["identical"] is False and wrong["identical_per_prompt"] == [True, False]
+
+
+def test_a_draft_equal_to_the_target_is_always_accepted_by_both_implementations():
+    pair = tiny_pair()
+    pair.draft = copy.deepcopy(pair.target)
+    methods = build_methods(pair, (3,), GenerationSpec(9, None, 1))  # no EOS: no round is cut short
+    report = build_report(
+        measure(methods, PROMPTS, repeats=1, count_models={"target": pair.target, "draft": pair.draft}, progress=False)
+    )
+    ours, theirs = report.row(SPECULATIVE, 3), report.row(HF_ASSISTED, 3)
+    assert ours["acceptance_rate"] == 1.0 and ours["alpha"] == 1.0
+    assert theirs["acceptance_rate"] == 1.0  # from forward counts
+    # 9 tokens: ours = prefill (1) + rounds of 4, 4 -> 3 forwards; theirs = rounds of 4, 4, then 1 (no room left
+    # to draft) -> 3 forwards. Their last round drafts nothing, which pulls their alpha below 1 (ours leaves the
+    # prefill out of alpha): the shortened-final-round bias of alpha_from_tokens_per_round
+    assert ours["target_forwards"] == theirs["target_forwards"] == 2 * 3
+    assert theirs["tokens_per_target_forward"] == 3.0 and theirs["alpha"] < 1.0
+    assert ours["identical"] and theirs["identical"]
+
+
+def test_assisted_generation_drafts_gamma_tokens_and_restores_the_drafts_config(pair):
+    config = assistant_config(pair.draft, 5, GenerationSpec(4, 1))
+    assert config.num_assistant_tokens == 5
+    assert config.num_assistant_tokens_schedule == "constant"
+    assert config.assistant_confidence_threshold == 0.0  # no early stop on low draft confidence
+    original, before = pair.draft.generation_config, pair.draft.generation_config.to_dict()
+    HFAssisted(pair.target, pair.draft, 5, GenerationSpec(4, 1)).generate(PROMPTS[0])
+    assert pair.draft.generation_config is original and original.to_dict() == before
+
+
+def test_count_forwards_counts_calls_and_removes_its_hooks(pair):
+    with torch.inference_mode(), count_forwards({"target": pair.target, "draft": pair.draft}) as counts:
+        pair.target(PROMPTS[0])
+        pair.target(PROMPTS[1])
+        pair.draft(PROMPTS[0])
+    assert counts == {"target": 2, "draft": 1}
+    assert not pair.target._forward_pre_hooks and not pair.draft._forward_pre_hooks
+
+
+def test_build_methods_refuses_bad_gammas(pair):
+    spec = GenerationSpec(4)
+    with pytest.raises(ConfigError, match="empty"):
+        build_methods(pair, (), spec)
+    with pytest.raises(ConfigError, match="gamma"):
+        build_methods(pair, (2, 0), spec)
+
+
+# --------------------------------------------------------------------------- derived numbers, by hand
+
+
+def _result(tokens: list[int], rounds: list[RoundRecord]) -> GenerationResult:
+    trace = Trace(start_time=0.0, rounds=rounds)
+    sequence = torch.tensor([[0] + tokens])
+    return GenerationResult(sequence=sequence, prompt_length=1, method="hand-made", trace=trace)
+
+
+def test_report_numbers_follow_from_hand_made_runs():
+    """Two repeats, one prompt of 4 tokens. Baseline: 2 s then 4 s, target forward 0.5 s. Ours (gamma 2): 1 s
+    twice, prefill + one round accepting both drafts (3 tokens), 0.1 s per drafted token."""
+    spec = GenerationSpec(4)
+    base, ours = Autoregressive(None, spec), Speculative(None, None, 2, spec)
+    tokens = [7, 8, 9, 10]
+    base_rounds = [RoundRecord(0, 0, 1, 0.0, 0.5, 0) for _ in range(4)]
+    our_rounds = [RoundRecord(0, 0, 1, 0.0, 0.3, 0), RoundRecord(2, 2, 3, 0.2, 0.4, 2)]
+    measurements = Measurements(
+        methods=[base, ours],
+        prompt_lengths=[1],
+        reference=[tokens],
+        warmup={base.key: [Run(tokens, 9.0)], ours.key: [Run(tokens, 9.0)]},
+        timed={
+            base.key: [[Run(tokens, 2.0, _result(tokens, base_rounds))], [Run(tokens, 4.0, _result(tokens, base_rounds))]],
+            ours.key: [[Run(tokens, 1.0, _result(tokens, our_rounds))], [Run(tokens, 1.0, _result(tokens, our_rounds))]],
+        },
+        forward_counts={base.key: {}, ours.key: {}},
+    )
+    report = build_report(measurements)
+    row = report.row(SPECULATIVE, 2)
+    assert report.row(BASELINE)["tokens_per_s"] == pytest.approx(1.5)  # median of 2 and 1 tokens/s
+    assert row["tokens_per_s"] == pytest.approx(4.0)
+    assert row["speedup"] == pytest.approx(3.0)  # median of per-repeat ratios 4/2 and 4/1 (not 4 / 1.5)
+    assert row["tokens_per_target_forward"] == pytest.approx(2.0)  # 4 tokens / 2 target forwards
+    assert row["acceptance_rate"] == 1.0
+    assert row["c"] == pytest.approx(0.1 / 0.5)
+    assert row["alpha"] == 1.0  # 3 tokens per verification round = gamma + 1
+    assert row["predicted_speedup"] == pytest.approx(3 / (2 * 0.2 + 1))
+    assert row["measured_over_predicted"] == pytest.approx(3.0 / (3 / 1.4))
+    assert row["identical"] is True
+    assert report.profile is None  # profile_method's job (test_profile_splits_our_time_at_the_best_gamma)
+
+
+# --------------------------------------------------------------------------- printing
+
+
+def test_format_table_aligns_columns_and_leaves_unknowns_blank():
+    rows = [
+        {"method": "autoregressive", "gamma": None, "tokens_per_s": 100.0, "speedup": 1.0, "identical": True},
+        {"method": "speculative", "gamma": 4, "tokens_per_s": 250.04, "speedup": 2.5, "alpha": 0.8, "identical": False},
+    ]
+    lines = bench.format_table(rows).splitlines()
+    assert lines[0].split() == [header for header, _ in bench.COLUMNS.values()]
+    assert lines[1].split() == ["autoregressive", "100.0", "1.00x", "yes"]
+    assert lines[2].split() == ["speculative", "4", "250.0", "2.50x", "0.800", "NO"]
+    assert lines[1].index("100.0") == lines[2].index("250.0")  # numbers right-aligned in their column
+
+
+@pytest.mark.parametrize("text, expected", [("4", (4,)), ("8,2, 2,1", (1, 2, 8)), ("1,2,3,4,6,8", (1, 2, 3, 4, 6, 8))])
+def test_parse_gammas(text, expected):
+    assert bench.parse_gammas(text) == expected
+
+
+# --------------------------------------------------------------------------- command line
+
+
+@pytest.fixture
+def fake_loading(monkeypatch):
+    """`load_pair` returns a tiny pair and `load_prompts` two short prompts, so the CLI runs in a second."""
+    import specdec_lib.models
+    import specdec_lib.prompts
+
+    texts = ["def add(a, b):\n", "for item in items:\n", "import os\n"]
+    prompts = [Prompt(f"code-{i:03d}", "code", text, "") for i, text in enumerate(texts, 1)]
+    monkeypatch.setattr(specdec_lib.models, "load_pair", lambda preset, device=None: tiny_pair())
+    monkeypatch.setattr(specdec_lib.prompts, "load_prompts", lambda task: prompts)
+
+
+def test_cli_prints_the_table_and_writes_the_same_numbers_as_json(fake_loading, tmp_path, capsys):
+    path = tmp_path / "out" / "bench.json"
+    argv = ["--prompts", "2", "--max-new-tokens", "6", "--gammas", "2,1", "--repeats", "1", "--json", str(path)]
+    assert bench.main(argv + ["--no-progress"]) == 0
+    out = capsys.readouterr().out
+    document = json.loads(path.read_text())
+    rows = document["rows"]
+    assert [(row["method"], row["gamma"]) for row in rows] == [
+        (BASELINE, None), (HF_GREEDY, None), (SPECULATIVE, 1), (SPECULATIVE, 2), (HF_ASSISTED, 1), (HF_ASSISTED, 2)
+    ]
+    assert bench.format_table(rows) in out  # the printed table is exactly the JSON's numbers
+    assert bench.format_profile(document["profile"]) in out
+    assert document["settings"]["gammas"] == [1, 2] and document["settings"]["prompts"] == 2
+    assert document["settings"]["eos_token_id"] == 1
+    assert [p["id"] for p in document["prompts"]] == ["code-001", "code-002"]
+    assert len(document["raw"]["speculative[gamma=2]"]["seconds"][0]) == 2
+    assert "machine:" in out and "transformers" in out and "threads" in out
+    assert all(row["identical"] for row in rows)
+
+
+def test_cli_without_transformers(fake_loading, capsys):
+    assert bench.main(["--prompts", "1", "--max-new-tokens", "4", "--gammas", "2", "--repeats", "1",
+                       "--no-transformers", "--no-progress"]) == 0
+    table = capsys.readouterr().out.split("\n\n")[0].splitlines()
+    assert [line.split()[0] for line in table[1:]] == [BASELINE, SPECULATIVE]
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--gammas", "0"], "gamma must be >= 1"),
+        (["--gammas", "2,x"], "'x' is not a whole number"),
+        (["--gammas", "1,,2"], "comma-separated"),
+        (["--gammas", ""], "comma-separated"),
+        (["--task", "poetry"], "invalid choice: 'poetry'"),
+        (["--preset", "nope"], "invalid choice: 'nope'"),
+        (["--repeats", "0"], "whole number >= 1"),
+        (["--max-new-tokens", "many"], "whole number >= 1"),
+    ],
+)
+def test_cli_refuses_bad_arguments_with_exit_code_2(argv, message, capsys):
+    with pytest.raises(SystemExit) as info:
+        bench.main(argv)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and "usage:" in err and "Traceback" not in err
+
+
+def test_cli_refuses_more_prompts_than_the_set_has(fake_loading, capsys):
+    with pytest.raises(SystemExit) as info:
+        bench.main(["--prompts", "4"])
+    assert info.value.code == 2
+    assert "has only 3 prompts" in capsys.readouterr().err
+
+
+def test_cli_refuses_a_generation_longer_than_the_context(fake_loading, capsys):
+    with pytest.raises(SystemExit) as info:
+        bench.main(["--prompts", "1", "--max-new-tokens", "500"])
+    assert info.value.code == 2
+    assert "exceeds the model's context" in capsys.readouterr().err
+
+
+def test_cli_reports_missing_models_with_exit_code_1(monkeypatch, capsys):
+    import specdec_lib.models
+
+    def missing(preset, device=None):
+        raise ModelNotFoundError("Model folder data/models/target does not exist.")
+
+    monkeypatch.setattr(specdec_lib.models, "load_pair", missing)
+    assert bench.main(["--prompts", "1"]) == 1
+    assert "error: Model folder data/models/target does not exist." in capsys.readouterr().err
+
+
+def test_bench_is_registered_and_its_help_runs():
+    from specdec_lib.__main__ import COMMANDS
+
+    assert COMMANDS["bench"][0] == "specdec_lib.bench"
+    done = subprocess.run(
+        [sys.executable, "-m", "specdec_lib", "bench", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert "--gammas" in done.stdout and "--json" in done.stdout and "--task" in done.stdout
+
+
+def test_the_table_prints_the_reports_columns_in_order():
+    from specdec_lib.benchmarking import ROW_COLUMNS
+
+    assert tuple(bench.COLUMNS) == ROW_COLUMNS
