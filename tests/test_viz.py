@@ -1,0 +1,210 @@
+"""viz.py: round views (what each round drafted, accepted and added), their HTML, the stepper and the plots.
+
+The HTML and plots are checked on hand-made rounds whose right answer is known; `trace_rounds` is checked on
+tiny random models against the library's own `speculative_generate`.
+"""
+
+import re
+
+import matplotlib
+import pytest
+import torch
+
+matplotlib.use("Agg")  # no display in tests
+import matplotlib.pyplot as plt  # noqa: E402
+
+from specdec_lib import DraftModelDrafter, speculative_generate  # noqa: E402
+from specdec_lib.errors import ConfigError  # noqa: E402
+from specdec_lib.theory import expected_tokens_per_round  # noqa: E402
+from specdec_lib.trace import GenerationResult, RoundRecord, Trace  # noqa: E402
+from specdec_lib.viz import (  # noqa: E402
+    STYLES,
+    RoundView,
+    plot_acceptance_by_position,
+    plot_tokens_per_forward_vs_gamma,
+    render_rounds_html,
+    round_stepper,
+    rounds_upto_html,
+    token_text,
+    trace_rounds,
+    views_from_run,
+)
+
+
+class FakeTokenizer:
+    """Just ``decode``, from a fixed table: all the HTML needs."""
+
+    TEXTS = {1: "def", 2: " x", 3: "<b>", 4: "&", 5: "\n", 6: "y", 7: "a", 8: "b", 9: "c", 10: ""}
+
+    def decode(self, ids):
+        return "".join(self.TEXTS[i] for i in ids)
+
+
+TOKENIZER = FakeTokenizer()
+VIEWS = [
+    RoundView((), 0, 1, prefill=True),  # prefill: "def"
+    RoundView((2, 3, 4, 5), 2, 6),  # " x", "<b>" accepted; "&" rejected; "\n" unchecked; "y" recovered
+    RoundView((7, 8), 2, 9),  # "a", "b" accepted; "c" bonus
+]
+
+
+def spans(page, kind):
+    """Texts of the token spans of one kind (accepted, rejected, unchecked, recovered, bonus), in order."""
+    return re.findall(rf'<span class="sd-token sd-{kind}" title="[^"]*" style="[^"]*">(.*?)</span>', page)
+
+
+def rows(page):
+    return page.count('<div class="sd-round"')
+
+
+def test_round_view_kinds_and_emitted():
+    assert VIEWS[0].target_kind == "target" and VIEWS[0].emitted == [1]
+    assert VIEWS[1].target_kind == "recovered" and VIEWS[1].emitted == [2, 3, 6]
+    assert VIEWS[2].target_kind == "bonus" and VIEWS[2].emitted == [7, 8, 9]
+    assert RoundView((7, 1), 2, None).emitted == [7, 1]  # generation ended at an accepted EOS
+    with pytest.raises(ConfigError, match="accepted"):
+        RoundView((7,), 2, 9)
+
+
+def test_html_colours_each_kind_and_escapes_token_text():
+    page = render_rounds_html(VIEWS, TOKENIZER)
+    assert spans(page, "accepted") == [" x", "&lt;b&gt;", "a", "b"]
+    assert spans(page, "rejected") == ["&amp;"]
+    assert spans(page, "unchecked") == ["↵"]  # a newline is made visible
+    assert spans(page, "recovered") == ["y"]
+    assert spans(page, "bonus") == ["c"]
+    assert spans(page, "target") == ["def"]  # the prefill drafts nothing: an ordinary target token
+    assert "<b>" not in page  # raw token text never becomes markup
+    assert "green" not in STYLES["rejected"] and "line-through" in STYLES["rejected"]
+    assert f'style="white-space:pre;padding:0 2px;margin:0 1px;border-radius:3px;{STYLES["accepted"]}">&lt;b&gt;' in page
+    assert "#1b5e20" in STYLES["accepted"] and "#b71c1c" in STYLES["rejected"]
+    assert "#9e9e9e" in STYLES["unchecked"] and "bold" in STYLES["recovered"] and "bold" in STYLES["bonus"]
+    assert 'class="sd-legend"' in page and "first rejected draft token" in page
+    assert "2/4 accepted → 3 tokens" in page and "prefill" in page
+    assert "after 3 of 3 rounds: 7 tokens from 3 target forwards" in page
+
+
+def test_the_target_token_takes_the_place_of_the_rejected_one():
+    row = rounds_upto_html(VIEWS, TOKENIZER, 2).split('<div class="sd-round"')[2]
+    kinds = re.findall(r'class="sd-token sd-(\w+)"', row)
+    assert kinds == ["accepted", "accepted", "rejected", "recovered", "unchecked"]
+
+
+def test_token_text_makes_whitespace_visible():
+    assert token_text(TOKENIZER, 5) == "↵"
+    assert token_text(TOKENIZER, 10) == "∅"
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 3])
+def test_rounds_upto_shows_exactly_n_rounds(n):
+    page = rounds_upto_html(VIEWS, TOKENIZER, n)
+    assert rows(page) == n
+    assert f"after {n} of 3 rounds" in page
+    assert len(spans(page, "rejected")) == (1 if n >= 2 else 0)
+
+
+@pytest.mark.parametrize("n", [-1, 4, 1.0, True])
+def test_rounds_upto_refuses_a_bad_n(n):
+    with pytest.raises(ConfigError, match="between 0 and the number of rounds"):
+        rounds_upto_html(VIEWS, TOKENIZER, n)
+
+
+def test_stepper_builds_and_follows_the_slider():
+    widgets = pytest.importorskip("ipywidgets")
+    stepper = round_stepper(VIEWS, TOKENIZER)
+    controls, view = stepper.children
+    play, slider = controls.children
+    assert isinstance(play, widgets.Play) and isinstance(slider, widgets.IntSlider)
+    assert (slider.min, slider.max, slider.value) == (0, 3, 1)
+    assert rows(view.value) == 1
+    slider.value = 3
+    assert view.value == render_rounds_html(VIEWS, TOKENIZER)
+    slider.value = 0
+    assert rows(view.value) == 0
+
+
+def test_stepper_on_no_rounds():
+    pytest.importorskip("ipywidgets")
+    assert rows(round_stepper([], TOKENIZER).children[1].value) == 0
+
+
+def hand_made_result():
+    """Prompt [5, 6]; prefill emits 1; a round drafts [2, 3, 4] and accepts 1 (+ recovered 7); a round drafts
+    [8, 9] and accepts both (+ bonus 1)."""
+    trace = Trace(start_time=0.0)
+    for record in (RoundRecord(0, 0, 1, 0, 0, 0), RoundRecord(3, 1, 2, 0, 0, 3), RoundRecord(2, 2, 3, 0, 0, 2)):
+        trace.add_round(record, 0.0)
+    sequence = torch.tensor([[5, 6, 1, 2, 7, 8, 9, 1]])
+    return GenerationResult(sequence=sequence, prompt_length=2, method="speculative[test]", trace=trace)
+
+
+def test_views_from_run_pairs_drafts_with_the_trace():
+    views = views_from_run(hand_made_result(), {3: [2, 3, 4], 5: [8, 9]})
+    assert views == [RoundView((), 0, 1, prefill=True), RoundView((2, 3, 4), 1, 7), RoundView((8, 9), 2, 1)]
+
+
+def test_views_from_run_refuses_foreign_proposals():
+    with pytest.raises(ConfigError, match="drafted 3 tokens"):
+        views_from_run(hand_made_result(), {3: [2, 3], 5: [8, 9]})
+    with pytest.raises(ConfigError, match="not the committed tokens"):
+        views_from_run(hand_made_result(), {3: [4, 3, 4], 5: [8, 9]})
+
+
+def test_views_from_run_after_an_accepted_eos():
+    trace = Trace(start_time=0.0)
+    for record in (RoundRecord(0, 0, 1, 0, 0, 0), RoundRecord(3, 3, 2, 0, 0, 3)):  # drafts [4, EOS, 6], all accepted
+        trace.add_round(record, 0.0)
+    result = GenerationResult(sequence=torch.tensor([[5, 3, 4, 1]]), prompt_length=1, method="t", trace=trace)
+    views = views_from_run(result, {2: [4, 1, 6]})
+    assert views[1] == RoundView((4, 1, 6), 3, None)
+
+
+@pytest.mark.parametrize("gamma", [1, 3, 5])
+@pytest.mark.parametrize("which", ["self", "other"])
+def test_trace_rounds_matches_the_library_run(tiny_llama, tiny_draft_llama, prompt_ids, gamma, which):
+    draft_model = tiny_llama if which == "self" else tiny_draft_llama
+    result, views = trace_rounds(tiny_llama, DraftModelDrafter(draft_model), prompt_ids, gamma=gamma, max_new_tokens=17)
+    plain = speculative_generate(tiny_llama, DraftModelDrafter(draft_model), prompt_ids, gamma=gamma, max_new_tokens=17)
+    assert result.new_token_list == plain.new_token_list
+    assert result.method == plain.method == "speculative[draft-model]"
+    assert [token for view in views for token in view.emitted] == result.new_token_list
+    assert [(len(v.draft), v.accepted) for v in views] == [(r.drafted, r.accepted) for r in plain.trace.rounds]
+    if which == "self":  # the target drafting for itself: every draft accepted, every target token a bonus
+        assert all(v.accepted == len(v.draft) and v.target_kind in ("bonus", "target") for v in views)
+        assert any(v.target_kind == "bonus" for v in views)
+
+
+def test_plot_acceptance_by_position_puts_the_rates_on_the_axes():
+    rates = [0.8, 0.6, 0.5]
+    ax = plot_acceptance_by_position(rates, alpha=0.8)
+    assert [bar.get_height() for bar in ax.patches] == pytest.approx(rates)
+    assert [bar.get_x() + bar.get_width() / 2 for bar in ax.patches] == pytest.approx([1, 2, 3])
+    (line,) = ax.get_lines()
+    assert list(line.get_xdata()) == [1, 2, 3]
+    assert list(line.get_ydata()) == pytest.approx([0.8, 0.64, 0.512])
+    plt.close(ax.figure)
+
+
+def test_plot_acceptance_by_position_on_given_axes_without_theory():
+    fig, ax = plt.subplots()
+    assert plot_acceptance_by_position([0.5], ax) is ax
+    assert len(ax.patches) == 1 and not ax.get_lines()
+    plt.close(fig)
+
+
+def test_plot_tokens_per_forward_vs_gamma_shows_measurement_theory_and_ceiling():
+    gammas, measured, alpha = [1, 2, 4], [1.7, 2.2, 2.9], 0.75
+    ax = plot_tokens_per_forward_vs_gamma(gammas, measured, alpha)
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    assert list(lines["measured"].get_xdata()) == gammas
+    assert list(lines["measured"].get_ydata()) == measured
+    theory = lines["theory, α = 0.75"]
+    assert list(theory.get_xdata()) == [0, 1, 2, 3, 4]
+    assert list(theory.get_ydata()) == pytest.approx([expected_tokens_per_round(alpha, g) for g in range(5)])
+    assert list(lines["γ + 1 (every draft accepted)"].get_ydata()) == [1, 2, 3, 4, 5]
+    plt.close(ax.figure)
+
+
+def test_plot_tokens_per_forward_refuses_mismatched_lengths():
+    with pytest.raises(ConfigError, match="same length"):
+        plot_tokens_per_forward_vs_gamma([1, 2], [1.5], 0.5)
