@@ -15,3 +15,7 @@ from .trace import GenerationResult, RoundRecord, Trace, summarize
 from .drafters import Draft, Drafter, DraftModelDrafter
 from .speculative import speculative_generate
 from .verify import verify_greedy
+
+# sampling verification (rejection sampling) and the statistics that check it
+from .verify import VerifyResult, acceptance_probability, residual_distribution, verify_exact, verify_relaxed
+from .stats import ChiSquareResult, chi_square_gof, chi_square_homogeneity, total_variation, tv_noise_floor

@@ -4,13 +4,16 @@ One round, with the committed sequence ``x_1 .. x_L`` (the target's KV cache hol
 
     1. draft:   d_1 .. d_k = drafter.propose(x, k)                      k <= gamma cheap steps
     2. verify:  one target forward over [x_L, d_1, ..., d_k]            k + 1 rows of logits, one expensive step
-    3. decide:  n accepted drafts + 1 recovered-or-bonus token          (`verify_greedy`)
+    3. decide:  n accepted drafts + 1 recovered-or-bonus token          (`verify_greedy` / `verify_exact`)
     4. commit:  append them; crop the target's cache to the committed length - 1 and tell the drafter
                 (`drafter.accept`) so both roll back past the first rejected draft
 
 The target runs once per round instead of once per token, so a round emitting ``n + 1`` tokens saves ``n``
-target forwards. With greedy verification the output is token-identical to the target's own greedy decoding.
+target forwards. With greedy verification the output is token-identical to the target's own greedy decoding;
+with sampling, exact verification (rejection sampling) makes it distributed exactly like the target's own samples.
 """
+
+from typing import Literal
 
 import torch
 from transformers import PreTrainedModel
@@ -20,7 +23,9 @@ from .errors import ConfigError
 from .modeling import cache_length, check_generation_inputs, context_length, crop_cache, forward_with_cache, new_cache
 from .sampling import GREEDY, SamplingConfig, logits_to_probs, make_generator, sample_token
 from .trace import GenerationResult, RoundRecord, Trace
-from .verify import verify_greedy
+from .verify import _check_lenience, verify_exact, verify_greedy, verify_relaxed
+
+VERIFICATIONS = ("exact", "relaxed")
 
 
 def check_gamma(gamma: object) -> None:
@@ -44,14 +49,25 @@ def check_same_device(target_device: torch.device | str, drafter_device: torch.d
         )
 
 
-def _check_sampling(sampling: SamplingConfig) -> None:
+def _check_sampling(sampling: SamplingConfig, verification: str = "exact", lenience: float | None = None) -> None:
+    """Refuse a sampling config that is not a `SamplingConfig` and an unknown or inconsistent verification mode."""
     if not isinstance(sampling, SamplingConfig):
         raise ConfigError(f"sampling must be a SamplingConfig, got {type(sampling).__name__}. Use e.g. GREEDY.")
-    if not sampling.is_greedy:
+    if verification not in VERIFICATIONS:
         raise ConfigError(
-            f"speculative_generate supports greedy decoding only for now (sampling=GREEDY), got {sampling}. "
-            "Sampling needs exact verification by rejection sampling, which comes with verify_exact: "
-            "until then, use autoregressive_generate to sample."
+            f"verification must be 'exact' (rejection sampling, keeps the target's distribution) or 'relaxed' "
+            f"(accepts more, changes the distribution), got {verification!r}."
+        )
+    if verification == "relaxed":
+        if sampling.is_greedy:
+            raise ConfigError(
+                "verification='relaxed' relaxes the acceptance test of *sampled* drafts; greedy decoding "
+                "(temperature 0) has nothing to relax. Sample (e.g. SamplingConfig(temperature=1.0)) or use 'exact'."
+            )
+        _check_lenience(lenience)
+    elif lenience is not None:
+        raise ConfigError(
+            f"lenience={lenience!r} only applies to verification='relaxed'; exact verification has no lenience."
         )
 
 
@@ -61,10 +77,23 @@ def _verify(
     draft_probs: torch.Tensor | None,
     sampling: SamplingConfig,
     generator: torch.Generator | None,
+    verification: str = "exact",
+    lenience: float | None = None,
 ) -> tuple[int, int]:
-    """Accepted count and recovered/bonus token for one round. ``draft_probs`` (the q the drafter sampled
-    from), ``sampling`` and ``generator`` are for exact sampling verification; greedy verification needs none."""
-    return verify_greedy(target_logits, draft_tokens)
+    """Accepted count and recovered/bonus token for one round.
+
+    Greedy: `verify_greedy` on the logits. Sampling: `verify_exact` (or `verify_relaxed`) with
+    ``p = logits_to_probs(target_logits, sampling)``, the same processing the drafter applied to get ``draft_probs``
+    (its q) and the baseline applies before sampling, and ``generator`` for the acceptance draws."""
+    if sampling.is_greedy:
+        return verify_greedy(target_logits, draft_tokens)
+    p = logits_to_probs(target_logits, sampling)  # [k + 1, V]: the target's processed distributions
+    q = None if draft_probs is None else draft_probs.to(p.device)  # [k, V] or None (a point mass per draft)
+    if verification == "relaxed":
+        result = verify_relaxed(p, q, draft_tokens, generator, lenience=lenience)  # NOT distribution-preserving
+    else:
+        result = verify_exact(p, q, draft_tokens, generator)
+    return result.num_accepted, result.next_token
 
 
 def speculative_generate(
@@ -77,14 +106,26 @@ def speculative_generate(
     sampling: SamplingConfig = GREEDY,
     eos_token_id: int | None = None,
     seed: int | None = None,
+    verification: Literal["exact", "relaxed"] = "exact",
+    lenience: float | None = None,
 ) -> GenerationResult:
     """Generate up to ``max_new_tokens`` tokens after ``input_ids: LongTensor[1, T]`` with ``target``,
     drafting up to ``gamma`` tokens per round with ``drafter``.
 
     Same stopping rules and result type as `autoregressive_generate`: stops after exactly ``max_new_tokens``
     tokens (the last rounds draft fewer, never emit more) or right after ``eos_token_id`` (even when the EOS
-    is an accepted draft token in the middle of a round). Greedy only for now (``sampling=GREEDY``); the output
-    is then token-identical to ``autoregressive_generate(target, ...)``. ``seed`` is for sampling.
+    is an accepted draft token in the middle of a round).
+
+    - Greedy (``sampling=GREEDY``, the default): `verify_greedy`; the output is token-identical to
+      ``autoregressive_generate(target, ...)``.
+    - Sampling (``SamplingConfig(temperature=..., top_k=..., top_p=...)``): `verify_exact`, rejection sampling
+      against ``p = logits_to_probs(target_logits, sampling)``; the output is distributed exactly like
+      ``autoregressive_generate(target, ..., sampling=sampling)`` (not token-identical: the random draws differ),
+      provided the drafter reports the q it really sampled from. ``seed`` makes the run reproducible: same seed,
+      same tokens.
+    - ``verification="relaxed"`` with ``lenience=l`` (sampling only) uses `verify_relaxed`, accepting with
+      ``min(1, l * p / q)``. **It does NOT preserve the target's distribution**: more tokens per round, different
+      text statistics. It exists to measure that trade-off; keep the default ``"exact"`` otherwise.
 
     The trace has one `RoundRecord` per target forward: the prefill round (the prompt's forward, first token,
     ``drafted=0``) then one per verification. ``RoundRecord.accepted`` counts the drafts the target accepted;
@@ -96,7 +137,7 @@ def speculative_generate(
             f"drafter must be a Drafter with begin/propose/accept methods (e.g. DraftModelDrafter(draft_model)), "
             f"got {type(drafter).__name__}."
         )
-    _check_sampling(sampling)
+    _check_sampling(sampling, verification, lenience)
     check_generation_inputs(target, input_ids, max_new_tokens)
     device = target.device
     check_same_device(device, getattr(drafter, "device", None))
@@ -143,7 +184,9 @@ def speculative_generate(
             pending = sequence[:, cache_length(cache) :]  # [1, 1]: the last committed token, not yet in the cache
             step_input = torch.cat([pending, draft_tokens.view(1, -1)], dim=1)  # [1, 1 + k']
             logits = forward_with_cache(target, step_input, cache, logits_to_keep=drafted + 1)[0]  # [k' + 1, V]
-            accepted, next_token = _verify(logits, draft_tokens, draft.probs, sampling, generator)
+            accepted, next_token = _verify(
+                logits, draft_tokens, draft.probs, sampling, generator, verification, lenience
+            )
 
             new = draft_tokens[:accepted].tolist() + [next_token]  # accepted drafts + recovered/bonus token
             if eos_token_id is not None and eos_token_id in new:

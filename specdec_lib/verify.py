@@ -9,11 +9,20 @@ drafts with these rows decides the round, in one vocabulary used everywhere in t
 - a **bonus** token: when every draft token is accepted, row k still predicts one more token for free.
 
 So a round always emits ``accepted + 1`` tokens (from one target forward), between 1 and ``k + 1``.
+
+Greedy decoding verifies by comparing argmaxes (`verify_greedy`). Sampling verifies by modified rejection sampling
+(`verify_exact`), which keeps the target's output distribution exactly. `verify_relaxed` accepts more drafts and is
+**not** distribution-preserving: it exists to measure what breaking the guarantee costs.
 """
+
+import math
+from dataclasses import dataclass
+from typing import Literal
 
 import torch
 
 from .errors import ConfigError
+from .sampling import sample_token
 
 
 def verify_greedy(target_logits: torch.Tensor, draft_tokens: torch.Tensor) -> tuple[int, int]:
@@ -43,3 +52,203 @@ def verify_greedy(target_logits: torch.Tensor, draft_tokens: torch.Tensor) -> tu
     matches = draft_tokens.to(target_choice.device) == target_choice[:k]  # [k] bool
     num_accepted = int(matches.long().cumprod(dim=0).sum())  # length of the all-True prefix
     return num_accepted, int(target_choice[num_accepted])
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Sampling verification: modified rejection sampling (Leviathan, Kalman & Matias 2023; Chen et al. 2023)
+#
+# With sampling, "accept the draft if it equals the target's token" is either wrong (compare with the target's
+# argmax: the output becomes greedy) or wasteful (compare with an independent sample of the target: correct, but
+# accepted only with probability sum_x p(x) q(x)). Rejection sampling keeps the target's distribution exactly and
+# accepts as often as any distribution-preserving rule can, with probability alpha = sum_x min(p(x), q(x)):
+#
+#   draft  x ~ q                         (the drafter already did this)
+#   accept x with probability min(1, p(x) / q(x))       P(x emitted by acceptance) = q(x) min(1, p/q) = min(p(x), q(x))
+#   else   y ~ norm(max(p - q, 0))        P(rejection) = 1 - alpha = sum_y max(p(y) - q(y), 0)
+#   total  P(y) = min(p(y), q(y)) + max(p(y) - q(y), 0) = p(y)
+# --------------------------------------------------------------------------------------------------------------
+
+Kind = Literal["recovered", "bonus"]
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    """The outcome of one round of sampling verification.
+
+    ``num_accepted`` n: the draft tokens ``draft_tokens[:n]`` the target keeps (0 <= n <= k);
+    ``next_token``: the token the target appends after them;
+    ``kind``: ``"recovered"`` when a draft was rejected (n < k; next_token drawn from the residual
+    ``norm(max(p_n - q_n, 0))``) or ``"bonus"`` when all k were accepted (drawn from p_k, for free).
+    The round emits ``draft_tokens[:n] + [next_token]``: ``emitted = n + 1`` tokens.
+    """
+
+    num_accepted: int
+    next_token: int
+    kind: Kind
+
+    @property
+    def emitted(self) -> int:
+        """Tokens this round appends: the accepted drafts plus the recovered or bonus token."""
+        return self.num_accepted + 1
+
+
+def acceptance_probability(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """``alpha = sum_x min(p(x), q(x))``: the probability that exact verification accepts a token drawn from q.
+
+    ``p, q: FloatTensor[..., V]`` (same shape) give ``FloatTensor[...]``. Equal to ``1 - TV(p, q)``: the closer the
+    draft's distribution to the target's, the more is accepted; 1 when they are equal, 0 when their supports are
+    disjoint. No distribution-preserving rule can accept more often (it is the maximal coupling of p and q).
+    """
+    if p.shape != q.shape:
+        raise ConfigError(f"p and q must have the same shape, got {list(p.shape)} and {list(q.shape)}.")
+    return torch.minimum(p, q).sum(dim=-1)  # sum_x min(p(x), q(x))
+
+
+def residual_distribution(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """The distribution a recovered token is drawn from: ``norm(max(p - q, 0))``, row-wise over ``[..., V]``.
+
+    It puts mass exactly where the target wants more than the draft offers, which is what the accepted tokens
+    (``min(p, q)``) leave missing. A row whose residual is all zero happens only when ``p == q`` (both sum to 1, so
+    ``p <= q`` everywhere forces equality); then every token q can draw is accepted (``min(1, p/q) = 1``), a
+    rejection has probability 0 and what it would emit does not change the output distribution. Returning p there
+    is the natural choice (and the right one for floating-point near-equality, where a rejection has a tiny but
+    non-zero probability): it never emits a token the target rules out, and never divides by zero.
+    """
+    excess = (p - q).clamp_min(0)  # max(p(x) - q(x), 0): [..., V]
+    total = excess.sum(dim=-1, keepdim=True)  # Z = sum_x max(p - q, 0) = 1 - alpha (= TV(p, q)): [..., 1]
+    safe_total = torch.where(total > 0, total, torch.ones_like(total))  # avoid 0 / 0 where Z = 0
+    return torch.where(total > 0, excess / safe_total, p)  # Z > 0: norm(max(p - q, 0)); Z = 0 (p == q): p
+
+
+def _check_probabilities(name: str, probs: torch.Tensor) -> None:
+    if not probs.is_floating_point():
+        raise ConfigError(f"{name} must be a floating-point tensor of probabilities, got dtype {probs.dtype}.")
+    if not bool((probs >= 0).all()):  # also False for NaN
+        raise ConfigError(
+            f"{name} must hold probabilities (>= 0, no NaN); it has negative or NaN entries. "
+            "Did you pass logits? Convert them with logits_to_probs(logits, sampling)."
+        )
+
+
+def _check_verify_inputs(p: torch.Tensor, q: torch.Tensor | None, draft_tokens: torch.Tensor) -> int:
+    """Validate shapes and values for `verify_exact` / `verify_relaxed`; returns k."""
+    if not isinstance(draft_tokens, torch.Tensor) or draft_tokens.ndim != 1:
+        shape = list(draft_tokens.shape) if isinstance(draft_tokens, torch.Tensor) else type(draft_tokens).__name__
+        raise ConfigError(f"draft_tokens must be a 1-D LongTensor [k], got {shape}.")
+    if draft_tokens.is_floating_point() or draft_tokens.dtype == torch.bool:
+        raise ConfigError(f"draft_tokens must hold integer token ids, got dtype {draft_tokens.dtype}.")
+    k = draft_tokens.shape[0]
+    if not isinstance(p, torch.Tensor) or p.ndim != 2:
+        shape = list(p.shape) if isinstance(p, torch.Tensor) else type(p).__name__
+        raise ConfigError(f"p (the target's probabilities) must have shape [k + 1, V], got {shape}.")
+    if p.shape[0] != k + 1:
+        raise ConfigError(
+            f"p needs k + 1 = {k + 1} rows for k = {k} draft tokens (one per draft token plus one for the bonus "
+            f"token), got {p.shape[0]}."
+        )
+    vocab = p.shape[1]
+    if q is not None:
+        if not isinstance(q, torch.Tensor) or q.ndim != 2 or q.shape[0] != k:
+            shape = list(q.shape) if isinstance(q, torch.Tensor) else type(q).__name__
+            raise ConfigError(
+                f"q (the drafter's probabilities) must have shape [k = {k}, V] (the distribution each draft token "
+                f"was drawn from) or be None (no distribution: a point mass on each draft), got {shape}."
+            )
+        if q.shape[1] != vocab:
+            raise ConfigError(
+                f"p and q must cover the same vocabulary, got V = {vocab} for p and V = {q.shape[1]} for q. "
+                "The draft and the target must share a tokenizer (see specdec_lib.vocab)."
+            )
+        _check_probabilities("q", q)
+    _check_probabilities("p", p)
+    if k and (int(draft_tokens.min()) < 0 or int(draft_tokens.max()) >= vocab):
+        raise ConfigError(f"draft_tokens must be token ids in [0, {vocab}), got {draft_tokens.tolist()}.")
+    return k
+
+
+def _check_lenience(lenience: object) -> None:
+    is_number = isinstance(lenience, (int, float)) and not isinstance(lenience, bool)
+    if not is_number or not math.isfinite(lenience) or lenience <= 0:
+        raise ConfigError(
+            f"lenience must be a finite number > 0, got {lenience!r}. 1 is exact verification; e.g. 2 accepts "
+            "min(1, 2 p/q) of the drafts (more tokens per round, but NOT the target's distribution)."
+        )
+
+
+def _rejection_sample(
+    p: torch.Tensor,
+    q: torch.Tensor | None,
+    draft_tokens: torch.Tensor,
+    generator: torch.Generator | None,
+    lenience: float,
+) -> VerifyResult:
+    """Shared body of `verify_exact` (``lenience = 1``) and `verify_relaxed`: accept with min(1, lenience p/q)."""
+    k = _check_verify_inputs(p, q, draft_tokens)
+    tokens = draft_tokens.to(device=p.device, dtype=torch.long)  # x_1 .. x_k
+    if q is None:
+        q = torch.nn.functional.one_hot(tokens, p.shape[1]).to(p.dtype)  # no distribution: q_i = point mass on x_i
+    q = q.to(device=p.device, dtype=p.dtype)
+    rows = torch.arange(k, device=p.device)
+    p_draft = p[rows, tokens]  # [k]: p_i(x_i), the target's probability of each draft token
+    q_draft = q[rows, tokens]  # [k]: q_i(x_i), the probability the drafter drew it with
+    u = torch.rand(k, generator=generator, device=p.device)  # [k]: one uniform u_i ~ U[0, 1) per position
+    # accept x_i  <=>  u_i < min(1, l p_i(x_i) / q_i(x_i))  <=>  u_i q_i(x_i) < l p_i(x_i)   (no division: q = 0 and
+    # p > 0 accepts, p = 0 rejects, never NaN; l = lenience, 1 for exact verification)
+    accepted = u * q_draft < lenience * p_draft  # [k] bool
+    n = int(accepted.long().cumprod(dim=0).sum())  # accepted drafts: the all-True prefix, stop at the first rejection
+    if n < k:
+        distribution = residual_distribution(p[n], q[n])  # norm(max(p_n - q_n, 0)): the recovered token's law
+        kind: Kind = "recovered"
+    else:
+        distribution = p[k]  # every draft accepted: the target's next distribution gives a bonus token
+        kind = "bonus"
+    return VerifyResult(n, int(sample_token(distribution, generator)), kind)
+
+
+def verify_exact(
+    p: torch.Tensor,
+    q: torch.Tensor | None,
+    draft_tokens: torch.Tensor,
+    generator: torch.Generator | None = None,
+) -> VerifyResult:
+    """Exact sampling verification of ``draft_tokens: LongTensor[k]`` by modified rejection sampling.
+
+    Indices are 0-based: ``x_i = draft_tokens[i]``. ``p: FloatTensor[k + 1, V]`` holds the target's processed
+    distributions (``logits_to_probs(target_logits, sampling)``): ``p_i = p[i]`` follows the committed sequence and
+    ``x_0 .. x_{i-1}``. ``q: FloatTensor[k, V]``: ``q_i = q[i]`` is the distribution the drafter *actually* drew
+    ``x_i`` from, processed the same way; or None when the drafter has no distribution (each draft is then treated
+    as a point mass: accepted with probability ``p_i(x_i)``, the residual is ``p_i`` without ``x_i``, renormalised).
+
+    With one uniform ``u_i`` per position, drawn up front from ``generator`` (so a seed fixes the round):
+
+    - for i = 0 .. k-1: accept ``x_i`` with probability ``min(1, p_i(x_i) / q_i(x_i))``;
+    - at the first rejection, draw a **recovered** token from ``norm(max(p_i - q_i, 0))`` and stop;
+    - if all k are accepted, draw a **bonus** token from ``p_k`` (the last row).
+
+    The emitted tokens are then distributed exactly as if the target had sampled them one by one, whatever q is,
+    *as long as q is the distribution the drafts were really drawn from*. A drafter reporting another q (the
+    un-tempered softmax while sampling at temperature 0.7, one-hot rows while sampling...) silently changes the
+    output distribution. Zeros in p or q and the all-zero residual (only when ``p_i == q_i``; see
+    `residual_distribution`) are handled without NaNs. With one-hot p and q this is exactly `verify_greedy`.
+    """
+    return _rejection_sample(p, q, draft_tokens, generator, lenience=1.0)
+
+
+def verify_relaxed(
+    p: torch.Tensor,
+    q: torch.Tensor | None,
+    draft_tokens: torch.Tensor,
+    generator: torch.Generator | None = None,
+    *,
+    lenience: float,
+) -> VerifyResult:
+    """NOT DISTRIBUTION-PRESERVING. Lenient rule: accept ``x_i`` w.p. ``min(1, lenience * p_i(x_i) / q_i(x_i))``.
+
+    Same inputs, random draws and residual ``norm(max(p_i - q_i, 0))`` as `verify_exact`, which it equals for
+    ``lenience = 1``. A lenience above 1 accepts more drafts (more tokens per target forward) at the price of
+    emitting text that is **no longer distributed like the target's**: the output drifts towards the draft's
+    distribution q. This is the "lenience" knob of Leviathan et al. (2023, appendix A.5), kept here to measure
+    what the trade costs; never use it where the speculative output must match the target's.
+    """
+    _check_lenience(lenience)
+    return _rejection_sample(p, q, draft_tokens, generator, lenience=float(lenience))

@@ -219,12 +219,17 @@ def test_bad_gamma_is_explained(tiny_llama, gamma):
         speculative_generate(tiny_llama, drafter, torch.tensor([[3]]), gamma=gamma, max_new_tokens=4)
 
 
-def test_sampling_waits_for_verify_exact(tiny_llama):
-    with pytest.raises(ConfigError, match="verify_exact"):
-        speculative_generate(
-            tiny_llama, DraftModelDrafter(tiny_llama), torch.tensor([[3]]), gamma=2, max_new_tokens=4,
-            sampling=SamplingConfig(temperature=0.7),
-        )
+def test_sampling_is_verified_exactly(tiny_llama):
+    """Sampling runs through verify_exact (distribution checks: tests/test_sampling_distribution.py); a draft that
+    is the target itself is always accepted, since p == q (up to float rounding) makes min(1, p/q) = 1."""
+    result = speculative_generate(
+        tiny_llama, DraftModelDrafter(tiny_llama), torch.tensor([[3]]), gamma=2, max_new_tokens=7,
+        sampling=SamplingConfig(temperature=0.7), seed=0,
+    )
+    assert len(result.new_token_list) == 7 and acceptance_rate(result.trace) == 1.0
+    with pytest.raises(ConfigError, match="verification"):
+        speculative_generate(tiny_llama, DraftModelDrafter(tiny_llama), torch.tensor([[3]]), gamma=2,
+                             max_new_tokens=4, sampling=SamplingConfig(temperature=0.7), verification="greedy")
 
 
 def test_inputs_are_checked_like_the_baseline(tiny_llama):
