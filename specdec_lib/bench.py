@@ -1,12 +1,18 @@
-"""`python -m specdec_lib bench`: our greedy speculative decoding against the baseline and transformers, one table.
+"""`python -m specdec_lib bench`: our speculative decoding against the baseline and transformers, one table.
 
-    python -m specdec_lib bench                                  # 8 code prompts, 64 new tokens, gammas 1..8
+    python -m specdec_lib bench                                  # greedy: 8 code prompts, 64 new tokens, gammas 1..8
     python -m specdec_lib bench --task prose --gammas 2,4 --repeats 5 --json runs/bench.json
+    python -m specdec_lib bench --temperature 0.8 --top-p 0.95 --seed 7   # sampling, exact verification
 
-One row per method (and draft length gamma): our autoregressive baseline, transformers' greedy ``generate``, our
-speculative decoding and transformers' assisted generation, all on the same prompts, the same pair and the same
-stopping rule. How the numbers are measured (warm-up, interleaved repeats, medians, c, alpha) is explained in
-`specdec_lib.benchmarking`, which does the measuring; this module parses arguments and prints.
+One row per method (and draft length gamma): our autoregressive baseline, transformers' plain ``generate``, our
+speculative decoding and transformers' assisted generation, all on the same prompts, the same pair, the same
+stopping rule and the same decoding (greedy, or sampling with the same temperature / top-k / top-p). How the numbers
+are measured (warm-up, interleaved repeats, medians, c, alpha, seeds) is explained in `specdec_lib.benchmarking`,
+which does the measuring; this module parses arguments and prints.
+
+With sampling the methods draw from different random streams, so their tokens cannot equal the baseline's: the
+``identical`` column says ``n/a (sampling)``. That speculative sampling keeps the target's distribution is shown
+statistically by tests/test_sampling_distribution.py and notebook 02, not by this benchmark.
 
 Exit codes: 0 done; 1 the models or prompts could not be loaded; 2 bad arguments (argparse style).
 """
@@ -42,6 +48,12 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "identical": ("identical", "{}"),
 }
 
+DISTRIBUTION_NOTE = (
+    "identical = n/a (sampling): each method samples from its own random stream, so tokens cannot match the "
+    "baseline's. That our speculative sampling is distributed exactly like the target's own sampling is shown "
+    "statistically by tests/test_sampling_distribution.py and notebook 02, not by this benchmark."
+)
+
 LEGEND = """\
 tokens/s   median over repeats of (new tokens / wall seconds) over all prompts
 speed-up   median over repeats of tokens/s divided by the baseline's (autoregressive) in the same repeat
@@ -51,6 +63,13 @@ c          our median draft time per drafted token / the baseline's median time 
 alpha      per-token acceptance giving the measured tokens per verification round (Leviathan et al.)
 predicted  expected_speedup(alpha, gamma, c); meas/pred = speed-up / predicted
 identical  the method's tokens equal the baseline's for every prompt, in every run"""
+
+SAMPLING_LEGEND = LEGEND.replace(
+    "identical  the method's tokens equal the baseline's for every prompt, in every run",
+    "identical  n/a with sampling (different random streams); distribution equality is tested statistically by\n"
+    "           tests/test_sampling_distribution.py and notebook 02. Seeds: one per prompt and pass, derived from\n"
+    "           --seed (same seed, same tokens for our methods)",
+)
 
 
 # --------------------------------------------------------------------------- arguments
@@ -85,15 +104,30 @@ def parse_gammas(text: str) -> tuple[int, ...]:
     return tuple(sorted(set(gammas)))
 
 
+def sampling_from_args(args: argparse.Namespace):
+    """The run's `SamplingConfig` (validated by it: a bad value raises `ConfigError` with its message)."""
+    from .errors import ConfigError
+    from .sampling import SamplingConfig
+
+    config = SamplingConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+    if config.is_greedy and (args.top_k != 0 or args.top_p != 1.0):
+        raise ConfigError(
+            "--top-k and --top-p filter a sampling distribution; with --temperature 0 (greedy) they would be "
+            "ignored. Give a temperature > 0 (e.g. --temperature 0.8) or leave them out."
+        )
+    return config
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .models import PRESETS
     from .prompts import TASKS
 
     parser = argparse.ArgumentParser(
         prog="python -m specdec_lib bench",
-        description="Benchmark greedy decoding on one model pair: our autoregressive baseline, transformers' "
-        "greedy generate, our speculative decoding and transformers' assisted generation (for each gamma), "
-        "on the same prompts. Prints a table; the measuring protocol is in specdec_lib/benchmarking.py.",
+        description="Benchmark decoding on one model pair: our autoregressive baseline, transformers' "
+        "plain generate, our speculative decoding and transformers' assisted generation (for each gamma), "
+        "on the same prompts, greedy (default) or sampling (--temperature > 0; ours then verifies by exact "
+        "rejection sampling). Prints a table; the measuring protocol is in specdec_lib/benchmarking.py.",
         epilog="Exit codes: 0 done, 1 models or prompts could not be loaded, 2 bad arguments. Timings depend on the "
         "machine's load: close other programs, and compare runs made on the same quiet machine.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
@@ -106,6 +140,15 @@ def build_parser() -> argparse.ArgumentParser:
                         help="draft lengths to compare, comma-separated")
     parser.add_argument("--repeats", type=_positive_int, default=DEFAULT_REPEATS,
                         help="timed passes over the prompts (after one warm-up pass)")
+    parser.add_argument("--temperature", type=float, default=0.0, metavar="T",
+                        help="0: greedy (every method must emit the same tokens); > 0: sample at this temperature")
+    parser.add_argument("--top-k", type=int, default=0, metavar="K",
+                        help="sampling: keep the K most likely tokens (0: off)")
+    parser.add_argument("--top-p", type=float, default=1.0, metavar="P",
+                        help="sampling: keep the smallest set of most likely tokens with mass P, in (0, 1] (1: off)")
+    parser.add_argument("--seed", type=int, default=0, metavar="S",
+                        help="sampling: base seed; each prompt and pass gets a seed derived from it (reruns "
+                        "reproduce our methods' tokens)")
     parser.add_argument("--preset", choices=sorted(PRESETS), default="embedded",
                         help="model pair (see specdec_lib.list_presets(); hub presets need internet)")
     parser.add_argument("--device", default=None,
@@ -126,7 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _cell(key: str, value: object) -> str:
     if value is None:
         return ""
-    if key == "identical":
+    if key == "identical" and isinstance(value, bool):
         return "yes" if value else "NO"
     return COLUMNS[key][1].format(value)
 
@@ -174,6 +217,20 @@ def machine_info(device: object) -> dict:
     }
 
 
+def describe_decoding(settings: dict) -> str:
+    """``greedy``, or the sampling settings and seed in words (for the settings line)."""
+    sampling = settings.get("sampling") or {"temperature": 0.0}
+    if not sampling["temperature"]:
+        return "greedy"
+    top_k = sampling.get("top_k", 0)
+    top_p = sampling.get("top_p", 1.0)
+    return (
+        f"sampling (temperature {sampling['temperature']:g}, top-k {top_k or 'off'}, "
+        f"top-p {'off' if top_p == 1 else f'{top_p:g}'}; ours: exact rejection-sampling verification), "
+        f"seed {settings.get('seed')} (one derived seed per prompt and pass)"
+    )
+
+
 def format_machine(machine: dict, settings: dict) -> str:
     gammas = ",".join(str(g) for g in settings["gammas"])
     return "\n".join(
@@ -183,7 +240,7 @@ def format_machine(machine: dict, settings: dict) -> str:
             f"python {machine['python']}",
             f"settings: preset {settings['preset']}, task {settings['task']}, {settings['prompts']} prompts, "
             f"max {settings['max_new_tokens']} new tokens, gammas {gammas}, {settings['repeats']} timed "
-            f"repeat{'s' if settings['repeats'] != 1 else ''} after 1 warm-up pass, greedy, "
+            f"repeat{'s' if settings['repeats'] != 1 else ''} after 1 warm-up pass, {describe_decoding(settings)}, "
             f"EOS id {settings['eos_token_id']}",
         ]
     )
@@ -203,9 +260,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     import torch
 
+    from .errors import ConfigError
+
+    try:
+        sampling = sampling_from_args(args)
+    except ConfigError as error:
+        parser.error(str(error))
+
     from .benchmarking import resolve_eos, run_benchmark
     from .devices import get_device
-    from .errors import ConfigError, ContextOverflowError, SpecdecError
+    from .errors import ContextOverflowError, SpecdecError
     from .models import load_pair
     from .modeling import check_fits_context
     from .prompts import load_prompts
@@ -244,6 +308,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             repeats=args.repeats,
             transformers=not args.no_transformers,
             progress=not args.no_progress,
+            sampling=sampling,
+            seed=args.seed,
         )
     except SpecdecError as error:  # e.g. a pair whose draft does not share the target's tokenizer
         parser.error(str(error))
@@ -257,15 +323,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         "repeats": args.repeats,
         "eos_token_id": resolve_eos(pair),
         "transformers": not args.no_transformers,
+        "sampling": {"temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p},
+        "greedy": sampling.is_greedy,
+        "seed": None if sampling.is_greedy else args.seed,
+        "seeding": None if sampling.is_greedy else "run_seed(seed, pass, prompt): sha256-derived; pass 0 = warm-up, "
+        "r + 1 = repeat r, repeats + 1 = profile; the same seed for every method",
+        "verification": "greedy" if sampling.is_greedy else "exact",
     }
     machine = machine_info(device)
+    if not sampling.is_greedy:
+        print(DISTRIBUTION_NOTE)
+        print()
     print(format_table(report.rows))
     print()
     print(format_profile(report.profile))
     print()
     print(format_machine(machine, settings))
     print()
-    print(LEGEND)
+    print(LEGEND if sampling.is_greedy else SAMPLING_LEGEND)
 
     if args.json is not None:
         document = {
@@ -275,6 +350,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "rows": report.rows,
             "profile": report.profile,
             "raw": report.raw,
+            "seeds": report.seeds,
         }
         try:
             args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -1,12 +1,24 @@
-"""Measure greedy decoding methods side by side on the same prompts (the numbers behind ``python -m specdec_lib bench``).
+"""Measure decoding methods side by side on the same prompts (the numbers behind ``python -m specdec_lib bench``).
 
-Four ways to decode greedily with the same target model, which must all emit the same tokens:
+Four ways to decode with the same target model and the same `SamplingConfig` (``GenerationSpec.sampling``):
 
     autoregressive   our baseline: the target alone, one cached forward per token (`autoregressive_generate`)
-    speculative      our greedy speculative decoding with the pair's draft model, for each gamma
+    speculative      our speculative decoding with the pair's draft model, for each gamma (`speculative_generate`;
+                     greedy verification, or exact rejection-sampling verification when sampling)
     hf-assisted      transformers' assisted generation, ``target.generate(assistant_model=draft)``, draft length
                      fixed to gamma (``num_assistant_tokens=gamma``, schedule ``"constant"``, no confidence stop)
-    hf-greedy        transformers' plain ``target.generate(do_sample=False)``: the framework's own greedy loop
+    hf-greedy        transformers' plain ``target.generate(do_sample=False)``: the framework's own greedy loop;
+    (hf-sample)      with sampling, ``target.generate(do_sample=True, temperature, top_k, top_p)`` instead
+
+**Greedy** (the default): every method must emit the baseline's tokens, which the ``identical`` column checks.
+
+**Sampling** (temperature > 0): every method samples from the same processed distribution, but from its own random
+stream (ours draw drafts, acceptance tests and recovered tokens from one generator, transformers uses the global
+RNG in its own order), so tokens cannot match and ``identical`` is `NOT_APPLICABLE`. That the methods' outputs are
+*distributed* like the target's own samples is a statistical claim, tested by tests/test_sampling_distribution.py
+and shown in notebook 02, not by a benchmark. Every (pass, prompt) gets a deterministic seed (`run_seed` of the
+base seed, the pass and the prompt; the same for every method), so a rerun with the same base seed reproduces our
+methods' tokens exactly (transformers' methods are seeded through ``torch.manual_seed``, reproducible on CPU).
 
 Timing protocol (machines are noisy, so drift must hit every method alike):
 
@@ -35,6 +47,7 @@ Derived columns (`build_report`), for our speculative rows:
 For hf-assisted, tokens per target forward, acceptance and alpha come from the warm-up's forward counts: every
 target forward is a verification (the first one also reads the prompt), one draft forward drafts one token, so
 ``accepted = tokens - target forwards`` (exact unless an EOS cut a round short) and ``drafted = draft forwards``.
+This holds with sampling too: transformers' speculative sampling also emits ``accepted + 1`` tokens per round.
 Its per-forward times are not observable without hooks in the timed runs, so its c and prediction stay blank.
 
 **Profile** (`profile_method`): after the repeats, one more pass of our best gamma with every draft and target
@@ -46,6 +59,7 @@ so bookkeeping is folded into their draft and verify phases.
 from __future__ import annotations
 
 import copy
+import hashlib
 import statistics
 import time
 from collections.abc import Iterator, Sequence
@@ -61,6 +75,7 @@ from .drafters import DraftModelDrafter
 from .drafters.base import Drafter
 from .errors import ConfigError
 from .models import ModelPair
+from .sampling import GREEDY, SamplingConfig
 from .speculative import check_gamma, speculative_generate
 from .theory import alpha_from_tokens_per_round, expected_speedup
 from .trace import GenerationResult
@@ -69,6 +84,10 @@ BASELINE = "autoregressive"
 SPECULATIVE = "speculative"
 HF_ASSISTED = "hf-assisted"
 HF_GREEDY = "hf-greedy"
+HF_SAMPLE = "hf-sample"
+
+#: What the ``identical`` column holds in a sampling run: token equality with the baseline cannot hold there.
+NOT_APPLICABLE = "n/a (sampling)"
 
 #: The columns of a report row, in table order (`bench.format_table` prints exactly these).
 ROW_COLUMNS = (
@@ -91,15 +110,27 @@ ROW_COLUMNS = (
 
 @dataclass(frozen=True)
 class GenerationSpec:
-    """What every method is asked for: the same length limit and the same end-of-sequence token."""
+    """What every method is asked for: the same length limit, end-of-sequence token and sampling settings."""
 
     max_new_tokens: int
     eos_token_id: int | None = None  # None: never stop early (every method alike)
     pad_token_id: int | None = None  # only for transformers' generate (silences its warning); defaults to EOS
+    sampling: SamplingConfig = GREEDY  # temperature 0: greedy; otherwise temperature, top-k, top-p
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.sampling, SamplingConfig):
+            raise ConfigError(f"sampling must be a SamplingConfig, got {type(self.sampling).__name__}.")
+
+
+def run_seed(base_seed: int, pass_index: int, prompt_index: int) -> int:
+    """The seed of one generation: pass 0 is the warm-up, pass r + 1 the r-th timed repeat (the profile pass comes
+    after them). Hashed, so that base seeds 0 and 1 share no stream; in [0, 2**63), which torch accepts."""
+    text = f"specdec-bench/{base_seed}/{pass_index}/{prompt_index}".encode()
+    return int.from_bytes(hashlib.sha256(text).digest()[:8], "big") % 2**63
 
 
 class Method:
-    """One way to decode greedily. Subclasses implement `generate`; ``key`` names the row (``name[gamma=g]``)."""
+    """One way to decode. Subclasses implement `generate`; ``key`` names the row (``name[gamma=g]``)."""
 
     name: str = "method"
     gamma: int | None = None
@@ -109,8 +140,9 @@ class Method:
     def key(self) -> str:
         return self.name if self.gamma is None else f"{self.name}[gamma={self.gamma}]"
 
-    def generate(self, input_ids: torch.Tensor) -> tuple[list[int], GenerationResult | None]:
-        """The new tokens after ``input_ids: LongTensor[1, T]``, and our `GenerationResult` when there is one."""
+    def generate(self, input_ids: torch.Tensor, seed: int | None = None) -> tuple[list[int], GenerationResult | None]:
+        """The new tokens after ``input_ids: LongTensor[1, T]``, and our `GenerationResult` when there is one.
+        ``seed`` seeds this generation's sampling (ignored when greedy; None: unseeded)."""
         raise NotImplementedError
 
 
@@ -120,9 +152,14 @@ class Autoregressive(Method):
     def __init__(self, target: PreTrainedModel, spec: GenerationSpec) -> None:
         self.target, self.spec = target, spec
 
-    def generate(self, input_ids: torch.Tensor) -> tuple[list[int], GenerationResult | None]:
+    def generate(self, input_ids: torch.Tensor, seed: int | None = None) -> tuple[list[int], GenerationResult | None]:
         result = autoregressive_generate(
-            self.target, input_ids, max_new_tokens=self.spec.max_new_tokens, eos_token_id=self.spec.eos_token_id
+            self.target,
+            input_ids,
+            max_new_tokens=self.spec.max_new_tokens,
+            eos_token_id=self.spec.eos_token_id,
+            sampling=self.spec.sampling,
+            seed=None if self.spec.sampling.is_greedy else seed,
         )
         return result.new_token_list, result
 
@@ -134,7 +171,7 @@ class Speculative(Method):
         check_gamma(gamma)
         self.target, self.drafter, self.gamma, self.spec = target, drafter, gamma, spec
 
-    def generate(self, input_ids: torch.Tensor) -> tuple[list[int], GenerationResult | None]:
+    def generate(self, input_ids: torch.Tensor, seed: int | None = None) -> tuple[list[int], GenerationResult | None]:
         result = speculative_generate(
             self.target,
             self.drafter,
@@ -142,16 +179,45 @@ class Speculative(Method):
             gamma=self.gamma,
             max_new_tokens=self.spec.max_new_tokens,
             eos_token_id=self.spec.eos_token_id,
+            sampling=self.spec.sampling,
+            seed=None if self.spec.sampling.is_greedy else seed,
+            verification="exact",
         )
         return result.new_token_list, result
 
 
+def hf_sampling_kwargs(sampling: SamplingConfig) -> dict:
+    """``generate`` arguments that sample from the same distribution as `logits_to_probs(logits, sampling)`.
+
+    transformers applies temperature, then top-k, then top-p, like `logits_to_probs`. Every filter is set
+    explicitly, off included: ``generate`` fills unset values from the model's generation config, then from its
+    global defaults (5.24, ``GenerationConfig._get_default_generation_params``), where **top_k is 50**, not off.
+    So top_k=0 (transformers' "off"), top_p=1.0, and the other warpers off (typical_p=1.0, min_p/top_h None,
+    epsilon/eta cutoff 0, repetition penalty 1.0). Greedy: ``do_sample=False``.
+    """
+    if sampling.is_greedy:
+        return {"do_sample": False}
+    return {
+        "do_sample": True,
+        "temperature": float(sampling.temperature),
+        "top_k": int(sampling.top_k),  # 0 = off in both libraries
+        "top_p": float(sampling.top_p),  # 1.0 = off in both libraries
+        "typical_p": 1.0,
+        "min_p": None,
+        "top_h": None,
+        "epsilon_cutoff": 0.0,
+        "eta_cutoff": 0.0,
+        "repetition_penalty": 1.0,
+    }
+
+
 def _hf_generate_kwargs(input_ids: torch.Tensor, spec: GenerationSpec) -> dict:
-    """Greedy ``generate`` arguments that stop exactly where our functions stop (same length, same EOS)."""
+    """``generate`` arguments that stop exactly where our functions stop (same length, same EOS) and decode like
+    them (greedy, or sampling with the same settings: `hf_sampling_kwargs`)."""
     pad = spec.pad_token_id if spec.pad_token_id is not None else spec.eos_token_id
     kwargs: dict = {
         "attention_mask": torch.ones_like(input_ids),
-        "do_sample": False,
+        **hf_sampling_kwargs(spec.sampling),
         "num_beams": 1,
         "max_new_tokens": spec.max_new_tokens,
     }
@@ -162,15 +228,25 @@ def _hf_generate_kwargs(input_ids: torch.Tensor, spec: GenerationSpec) -> dict:
     return kwargs
 
 
-class HFGreedy(Method):
-    name, source = HF_GREEDY, "forward counts"
+def _seed_transformers(spec: GenerationSpec, seed: int | None) -> None:
+    """transformers samples from torch's global RNG: seed it for this generation (sampling only)."""
+    if seed is not None and not spec.sampling.is_greedy:
+        torch.manual_seed(seed)
+
+
+class HFGenerate(Method):
+    """transformers' plain ``target.generate``: greedy (row ``hf-greedy``) or sampling (row ``hf-sample``)."""
+
+    source = "forward counts"
 
     def __init__(self, target: PreTrainedModel, spec: GenerationSpec) -> None:
         self.target, self.spec = target, spec
+        self.name = HF_GREEDY if spec.sampling.is_greedy else HF_SAMPLE
         self._target_config = _config_for(target, spec)
 
-    def generate(self, input_ids: torch.Tensor) -> tuple[list[int], GenerationResult | None]:
+    def generate(self, input_ids: torch.Tensor, seed: int | None = None) -> tuple[list[int], GenerationResult | None]:
         input_ids = input_ids.to(self.target.device)
+        _seed_transformers(self.spec, seed)
         with _swapped_generation_config(self.target, self._target_config):
             output = self.target.generate(input_ids, **_hf_generate_kwargs(input_ids, self.spec))
         return output[0, input_ids.shape[1] :].tolist(), None
@@ -228,9 +304,12 @@ class HFAssisted(Method):
         self._target_config = _config_for(target, spec)
         self._draft_config = assistant_config(draft, gamma, spec)
 
-    def generate(self, input_ids: torch.Tensor) -> tuple[list[int], GenerationResult | None]:
-        """``target.generate(assistant_model=draft)``; the draft's own generation config is restored afterwards."""
+    def generate(self, input_ids: torch.Tensor, seed: int | None = None) -> tuple[list[int], GenerationResult | None]:
+        """``target.generate(assistant_model=draft)``; the draft's own generation config is restored afterwards.
+        With sampling, transformers passes the target's sampling settings to the draft's ``generate`` and verifies
+        by speculative sampling (its ``_speculative_sampling``)."""
         input_ids = input_ids.to(self.target.device)
+        _seed_transformers(self.spec, seed)
         with (
             _swapped_generation_config(self.target, self._target_config),
             _swapped_generation_config(self.draft, self._draft_config),
@@ -254,7 +333,8 @@ def resolve_eos(pair: ModelPair) -> int | None:
 def build_methods(
     pair: ModelPair, gammas: Sequence[int], spec: GenerationSpec, *, transformers: bool = True
 ) -> list[Method]:
-    """The benchmark's methods for ``pair``: baseline, hf-greedy, ours for each gamma, hf-assisted for each gamma.
+    """The benchmark's methods for ``pair``: baseline, hf-greedy (hf-sample when ``spec`` samples), ours for each
+    gamma, hf-assisted for each gamma.
 
     ``transformers=False`` leaves out transformers' two methods. One `DraftModelDrafter` serves every gamma (it
     resets its cache at each generation); building it checks that the pair shares a tokenizer.
@@ -266,7 +346,7 @@ def build_methods(
     drafter = DraftModelDrafter.for_pair(pair)
     methods: list[Method] = [Autoregressive(pair.target, spec)]
     if transformers:
-        methods.append(HFGreedy(pair.target, spec))
+        methods.append(HFGenerate(pair.target, spec))
     methods += [Speculative(pair.target, drafter, gamma, spec) for gamma in gammas]
     if transformers:
         methods += [HFAssisted(pair.target, pair.draft, gamma, spec) for gamma in gammas]
@@ -318,12 +398,14 @@ class Measurements:
     timed: dict[str, list[list[Run]]]  # key -> [repeat][prompt]
     forward_counts: dict[str, dict[str, int]]  # key -> {"target": n, "draft": n} over the warm-up pass
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    sampling: SamplingConfig = GREEDY  # greedy: `identical` is checked; sampling: it is `NOT_APPLICABLE`
+    seeds: list[list[int]] | None = None  # [pass][prompt] (pass 0: warm-up, r + 1: repeat r); None: unseeded
 
 
-def _timed(method: Method, input_ids: torch.Tensor, device: torch.device) -> Run:
+def _timed(method: Method, input_ids: torch.Tensor, device: torch.device, seed: int | None = None) -> Run:
     synchronize(device)
     start = time.perf_counter()
-    tokens, result = method.generate(input_ids)
+    tokens, result = method.generate(input_ids, seed)
     synchronize(device)
     return Run(tokens, time.perf_counter() - start, result)
 
@@ -336,10 +418,16 @@ def measure(
     device: torch.device | str = "cpu",
     count_models: dict[str, torch.nn.Module] | None = None,
     progress: bool = True,
+    sampling: SamplingConfig = GREEDY,
+    seed: int | None = None,
 ) -> Measurements:
     """Run the protocol of the module docstring: a warm-up pass (with forward counts of ``count_models``, e.g.
     ``{"target": ..., "draft": ...}``), then ``repeats`` interleaved timed passes over ``prompts`` (each
     ``LongTensor[1, T]``). The first method is the baseline every other is compared with.
+
+    ``sampling`` says how the methods decode (it decides what ``identical`` means in `build_report`; the methods
+    carry their own copy in their `GenerationSpec`). ``seed``: the base seed; generation (pass, prompt) gets
+    ``run_seed(seed, pass, prompt)``, every method the same one. None: unseeded (greedy needs no seed).
     """
     from tqdm.auto import tqdm
 
@@ -353,8 +441,19 @@ def measure(
     keys = [method.key for method in methods]
     if len(set(keys)) != len(keys):
         raise ConfigError(f"Two methods share a name: {keys}.")
+    if not isinstance(sampling, SamplingConfig):
+        raise ConfigError(f"sampling must be a SamplingConfig, got {type(sampling).__name__}.")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise ConfigError(f"seed must be an integer or None, got {seed!r}.")
     device = torch.device(device)
     count_models = count_models or {}
+    seeds = None
+    if seed is not None:
+        seeds = [[run_seed(seed, pass_index, i) for i in range(len(prompts))] for pass_index in range(repeats + 1)]
+
+    def seed_of(pass_index: int, prompt_index: int) -> int | None:
+        return None if seeds is None else seeds[pass_index][prompt_index]
+
     bar = tqdm(total=(repeats + 1) * len(prompts) * len(methods), desc="warm-up", disable=not progress, leave=False)
 
     warmup: dict[str, list[Run]] = {key: [] for key in keys}
@@ -362,10 +461,10 @@ def measure(
     timed: dict[str, list[list[Run]]] = {key: [] for key in keys}
     try:
         with torch.inference_mode():
-            for input_ids in prompts:
+            for index, input_ids in enumerate(prompts):
                 for method in methods:
                     with count_forwards(count_models) as counts:
-                        warmup[method.key].append(_timed(method, input_ids, device))
+                        warmup[method.key].append(_timed(method, input_ids, device, seed_of(0, index)))
                     for role, count in counts.items():
                         forward_counts[method.key][role] += count
                     bar.update()
@@ -376,7 +475,9 @@ def measure(
                 for index, input_ids in enumerate(prompts):
                     shift = (repeat + index) % len(methods)  # rotate who runs first
                     for method in methods[shift:] + methods[:shift]:
-                        timed[method.key][repeat].append(_timed(method, input_ids, device))
+                        timed[method.key][repeat].append(
+                            _timed(method, input_ids, device, seed_of(repeat + 1, index))
+                        )
                         bar.update()
     finally:
         bar.close()
@@ -388,6 +489,8 @@ def measure(
         timed=timed,
         forward_counts=forward_counts,
         device=device,
+        sampling=sampling,
+        seeds=seeds,
     )
 
 
@@ -396,12 +499,13 @@ def measure(
 
 @dataclass
 class Report:
-    """Rows (one per method and gamma, columns `ROW_COLUMNS` plus details), raw times, and the profile of our
-    best gamma (`profile_method`; None until one is run)."""
+    """Rows (one per method and gamma, columns `ROW_COLUMNS` plus details), raw times, the profile of our
+    best gamma (`profile_method`; None until one is run), and the seeds used (``[pass][prompt]``, None if unseeded)."""
 
     rows: list[dict]
     profile: dict | None
     raw: dict[str, dict]
+    seeds: list[list[int]] | None = None
 
     def row(self, method: str, gamma: int | None = None) -> dict:
         """The row of ``method`` (and ``gamma``); KeyError if absent."""
@@ -502,7 +606,11 @@ def build_report(measurements: Measurements) -> Report:
         tps = [_tokens_per_second(timed[r]) for r in range(repeats)]
         ratios = [t / b if t is not None and b else None for t, b in zip(tps, base_tps)]
         every_run = [warm] + timed
-        per_prompt = [all(passes[i].tokens == reference[i] for passes in every_run) for i in range(len(reference))]
+        if measurements.sampling.is_greedy:
+            per_prompt = [all(passes[i].tokens == reference[i] for passes in every_run) for i in range(len(reference))]
+            identical: bool | str = all(per_prompt)
+        else:  # different random streams: equality in distribution is the tests' job, not the benchmark's
+            per_prompt, identical = None, NOT_APPLICABLE
 
         if method.source == "trace":
             numbers = _trace_numbers(timed[0])
@@ -533,7 +641,7 @@ def build_report(measurements: Measurements) -> Report:
                 "alpha": alpha,
                 "predicted_speedup": predicted,
                 "measured_over_predicted": speedup / predicted if speedup is not None and predicted else None,
-                "identical": all(per_prompt),
+                "identical": identical,
                 # details (JSON only)
                 "key": method.key,
                 "counts_from": method.source,
@@ -552,7 +660,7 @@ def build_report(measurements: Measurements) -> Report:
             "warmup_seconds": [run.seconds for run in warm],
         }
 
-    return Report(rows=rows, profile=None, raw=raw)
+    return Report(rows=rows, profile=None, raw=raw, seeds=measurements.seeds)
 
 
 @contextmanager
@@ -587,16 +695,19 @@ def profile_method(
     draft: torch.nn.Module,
     target: torch.nn.Module,
     device: torch.device | str = "cpu",
+    seeds: Sequence[int | None] | None = None,
 ) -> dict:
     """Where ``method``'s time goes: one extra pass over ``prompts`` with every forward of ``draft`` and ``target``
     timed by hooks. ``other = total - draft - verify`` is everything outside the two models' forwards: the
-    acceptance test, argmax, cache crops, concatenations, Python overhead (and the hooks' own few microseconds).
+    acceptance test, argmax (or the sampling draws), cache crops, concatenations, Python overhead (and the hooks'
+    own few microseconds). ``seeds``: one per prompt (sampling), or None.
     """
     device = torch.device(device)
+    seeds = list(seeds) if seeds is not None else [None] * len(prompts)
     total = 0.0
     with torch.inference_mode(), time_forwards({"draft": draft, "target": target}, device) as seconds:
-        for input_ids in prompts:
-            total += _timed(method, input_ids, device).seconds
+        for input_ids, seed in zip(prompts, seeds):
+            total += _timed(method, input_ids, device, seed).seconds
     draft_s, verify_s = seconds["draft"], seconds["target"]
     other_s = total - draft_s - verify_s
     return {
@@ -630,11 +741,15 @@ def run_benchmark(
     repeats: int,
     transformers: bool = True,
     progress: bool = True,
+    sampling: SamplingConfig = GREEDY,
+    seed: int | None = 0,
 ) -> Report:
     """Benchmark ``pair`` on ``prompts`` (``LongTensor[1, T]`` each, target token ids): `build_methods`, `measure`,
     `build_report`, then `profile_method` at our best gamma. Every method stops at the same EOS (`resolve_eos`)
-    or after ``max_new_tokens``."""
-    spec = GenerationSpec(max_new_tokens, resolve_eos(pair), pair.target_tokenizer.pad_token_id)
+    or after ``max_new_tokens``, and decodes with ``sampling`` (greedy by default). With sampling, ``seed`` is the
+    base seed of `run_seed` (the profile pass is pass ``repeats + 1``); greedy runs use no seed."""
+    spec = GenerationSpec(max_new_tokens, resolve_eos(pair), pair.target_tokenizer.pad_token_id, sampling)
+    seed = None if sampling.is_greedy else seed
     methods = build_methods(pair, gammas, spec, transformers=transformers)
     prompts = [p.to(pair.device) for p in prompts]
     measurements = measure(
@@ -644,10 +759,15 @@ def run_benchmark(
         device=pair.device,
         count_models={"target": pair.target, "draft": pair.draft},
         progress=progress,
+        sampling=sampling,
+        seed=seed,
     )
     report = build_report(measurements)
     best = best_speculative(report)
     if best is not None:
         method = next(method for method in methods if method.key == best["key"])
-        report.profile = profile_method(method, prompts, draft=pair.draft, target=pair.target, device=pair.device)
+        seeds = None if seed is None else [run_seed(seed, repeats + 1, i) for i in range(len(prompts))]
+        report.profile = profile_method(
+            method, prompts, draft=pair.draft, target=pair.target, device=pair.device, seeds=seeds
+        )
     return report

@@ -3,6 +3,8 @@
 No timing is asserted here: speed is what the benchmark measures, never what a unit test checks. The tests check
 that every method and gamma gets a row, that the derived columns follow from the runs (on hand-made traces), that
 `identical` catches a method whose tokens differ, that the JSON holds the table's numbers, and the command line.
+With sampling: every method still gets a row, `identical` is "n/a (sampling)", seeds make our methods reproducible,
+and transformers' methods are asked for the same processed distribution as ours (top-k off really off).
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from specdec_lib.benchmarking import (
     BASELINE,
     HF_ASSISTED,
     HF_GREEDY,
+    HF_SAMPLE,
+    NOT_APPLICABLE,
     SPECULATIVE,
     Autoregressive,
     GenerationSpec,
@@ -34,12 +38,15 @@ from specdec_lib.benchmarking import (
     build_methods,
     build_report,
     count_forwards,
+    hf_sampling_kwargs,
     measure,
     run_benchmark,
+    run_seed,
 )
 from specdec_lib.errors import ConfigError, ModelNotFoundError
 from specdec_lib.models import ModelPair
 from specdec_lib.prompts import Prompt
+from specdec_lib.sampling import SamplingConfig, logits_to_probs
 from specdec_lib.theory import expected_speedup
 from specdec_lib.trace import GenerationResult, RoundRecord, Trace
 
@@ -130,8 +137,8 @@ class WrongOnLastPrompt(Method):
     def __init__(self, baseline: Method) -> None:
         self.baseline = baseline
 
-    def generate(self, input_ids):
-        tokens, _ = self.baseline.generate(input_ids)
+    def generate(self, input_ids, seed=None):
+        tokens, _ = self.baseline.generate(input_ids, seed)
         if torch.equal(input_ids, PROMPTS[-1]):
             tokens = tokens[:-1] + [(tokens[-1] + 1) % 64]
         return tokens, None
@@ -249,6 +256,11 @@ def test_format_table_aligns_columns_and_leaves_unknowns_blank():
     assert lines[1].index("100.0") == lines[2].index("250.0")  # numbers right-aligned in their column
 
 
+def test_format_table_prints_not_applicable_as_is():
+    rows = [{"method": "speculative", "gamma": 2, "tokens_per_s": 10.0, "identical": NOT_APPLICABLE}]
+    assert bench.format_table(rows).splitlines()[1].endswith("n/a (sampling)")
+
+
 @pytest.mark.parametrize("text, expected", [("4", (4,)), ("8,2, 2,1", (1, 2, 8)), ("1,2,3,4,6,8", (1, 2, 3, 4, 6, 8))])
 def test_parse_gammas(text, expected):
     assert bench.parse_gammas(text) == expected
@@ -357,3 +369,146 @@ def test_the_table_prints_the_reports_columns_in_order():
     from specdec_lib.benchmarking import ROW_COLUMNS
 
     assert tuple(bench.COLUMNS) == ROW_COLUMNS
+
+
+# --------------------------------------------------------------------------- sampling
+
+SAMPLING = SamplingConfig(temperature=0.9, top_k=20)
+
+
+@pytest.fixture(scope="module")
+def sampling_report(pair):
+    return run_benchmark(
+        pair, PROMPTS, gammas=(1, 3), max_new_tokens=8, repeats=1, progress=False, sampling=SAMPLING, seed=11
+    )
+
+
+def test_a_sampling_run_gets_a_row_for_every_method_with_identical_not_applicable(sampling_report):
+    report = sampling_report
+    assert [(row["method"], row["gamma"]) for row in report.rows] == [
+        (BASELINE, None),
+        (HF_SAMPLE, None),
+        (SPECULATIVE, 1),
+        (SPECULATIVE, 3),
+        (HF_ASSISTED, 1),
+        (HF_ASSISTED, 3),
+    ]
+    for row in report.rows:
+        assert row["identical"] == NOT_APPLICABLE and row["identical_per_prompt"] is None
+        assert row["tokens_per_s"] > 0 and row["speedup"] > 0
+    for gamma in (1, 3):
+        for method in (SPECULATIVE, HF_ASSISTED):
+            row = report.row(method, gamma)
+            assert 0.0 <= row["acceptance_rate"] <= 1.0, row["key"]
+            assert 1.0 <= row["tokens_per_target_forward"] <= gamma + 1, row["key"]
+            assert 0.0 <= row["alpha"] <= 1.0
+        ours = report.row(SPECULATIVE, gamma)
+        assert ours["c"] > 0 and ours["predicted_speedup"] == pytest.approx(
+            expected_speedup(ours["alpha"], gamma, ours["c"])
+        )
+    # seeds: one per (pass, prompt) -- warm-up and 1 repeat -- all different
+    assert len(report.seeds) == 2 and all(len(seeds) == len(PROMPTS) for seeds in report.seeds)
+    assert len({seed for seeds in report.seeds for seed in seeds}) == 2 * len(PROMPTS)
+    assert report.profile is not None and report.profile["gamma"] in (1, 3)
+
+
+def _our_tokens(pair, seed):
+    methods = build_methods(pair, (2,), GenerationSpec(8, None, sampling=SAMPLING), transformers=False)
+    m = measure(methods, PROMPTS, repeats=2, progress=False, sampling=SAMPLING, seed=seed)
+    return {key: [[run.tokens for run in m.warmup[key]]] + [[run.tokens for run in rep] for rep in m.timed[key]]
+            for key in m.warmup}
+
+
+def test_same_seed_same_tokens_for_our_methods(pair):
+    first, second = _our_tokens(pair, 5), _our_tokens(pair, 5)
+    assert set(first) == {BASELINE, "speculative[gamma=2]"}
+    assert first == second  # every pass and prompt, both methods
+    assert _our_tokens(pair, 6) != first  # the seed is really used
+
+
+def test_run_seed_is_deterministic_and_separates_base_pass_and_prompt():
+    assert run_seed(0, 1, 2) == run_seed(0, 1, 2)
+    seeds = {run_seed(base, pass_index, prompt) for base in (0, 1) for pass_index in range(3) for prompt in range(3)}
+    assert len(seeds) == 18 and all(0 <= seed < 2**63 for seed in seeds)
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        SamplingConfig(temperature=1.0),  # every filter off: transformers' default top_k=50 would cut 14 of 64
+        SamplingConfig(temperature=0.7, top_k=5),
+        SamplingConfig(temperature=1.3, top_p=0.8),
+    ],
+)
+def test_transformers_samples_from_our_processed_distribution(pair, config):
+    """transformers' processed scores (what it samples from) equal `logits_to_probs` with the same config."""
+    ids = PROMPTS[0]
+    with torch.inference_mode():
+        out = pair.target.generate(
+            ids, attention_mask=torch.ones_like(ids), max_new_tokens=1, output_scores=True,
+            return_dict_in_generate=True, pad_token_id=1, **hf_sampling_kwargs(config),
+        )
+        ours = logits_to_probs(pair.target(ids).logits[0, -1], config)
+    theirs = torch.softmax(out.scores[0][0].float(), dim=-1)
+    assert int((ours > 0).sum()) == int((theirs > 0).sum())
+    torch.testing.assert_close(theirs, ours, atol=1e-5, rtol=1e-4)
+
+
+def test_hf_sampling_kwargs_switch_every_filter_off_explicitly():
+    kwargs = hf_sampling_kwargs(SamplingConfig(temperature=0.5))
+    assert kwargs["do_sample"] is True and kwargs["temperature"] == 0.5
+    assert kwargs["top_k"] == 0 and kwargs["top_p"] == 1.0  # not left unset: generate's default top_k is 50
+    assert hf_sampling_kwargs(SamplingConfig.greedy()) == {"do_sample": False}
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--temperature", "-1"], "temperature must be a finite number >= 0"),
+        (["--temperature", "nan"], "temperature must be a finite number >= 0"),
+        (["--temperature", "1", "--top-p", "0"], "top_p must be a number in (0, 1]"),
+        (["--temperature", "1", "--top-p", "1.5"], "top_p must be a number in (0, 1]"),
+        (["--temperature", "1", "--top-k", "-3"], "top_k must be an integer >= 0"),
+        (["--top-k", "5"], "with --temperature 0 (greedy) they would be ignored"),
+        (["--temperature", "warm"], "invalid float value: 'warm'"),
+        (["--seed", "1.5"], "invalid int value: '1.5'"),
+    ],
+)
+def test_cli_refuses_bad_sampling_arguments_with_exit_code_2(argv, message, capsys):
+    with pytest.raises(SystemExit) as info:
+        bench.main(argv)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and "usage:" in err and "Traceback" not in err
+
+
+def test_cli_sampling_run_states_settings_and_what_identical_means(fake_loading, tmp_path, capsys):
+    path = tmp_path / "sampling.json"
+    argv = ["--prompts", "2", "--max-new-tokens", "6", "--gammas", "2", "--repeats", "1", "--no-progress",
+            "--temperature", "0.8", "--top-p", "0.9", "--seed", "3", "--json", str(path)]
+    assert bench.main(argv) == 0
+    out = capsys.readouterr().out
+    document = json.loads(path.read_text())
+    settings = document["settings"]
+    assert settings["sampling"] == {"temperature": 0.8, "top_k": 0, "top_p": 0.9}
+    assert settings["seed"] == 3 and settings["greedy"] is False and settings["verification"] == "exact"
+    rows = document["rows"]
+    assert [row["method"] for row in rows] == [BASELINE, HF_SAMPLE, SPECULATIVE, HF_ASSISTED]
+    assert all(row["identical"] == NOT_APPLICABLE for row in rows)
+    assert bench.format_table(rows) in out and "n/a (sampling)" in out
+    assert bench.DISTRIBUTION_NOTE in out and "tests/test_sampling_distribution.py" in out
+    decoding = "sampling (temperature 0.8, top-k off, top-p 0.9; ours: exact rejection-sampling verification), seed 3"
+    assert decoding in out
+    assert len(document["seeds"]) == 2 and len(document["seeds"][0]) == 2
+
+
+def test_cli_greedy_settings_say_greedy(fake_loading, tmp_path, capsys):
+    path = tmp_path / "greedy.json"
+    assert bench.main(["--prompts", "1", "--max-new-tokens", "4", "--gammas", "2", "--repeats", "1",
+                       "--no-transformers", "--no-progress", "--json", str(path)]) == 0
+    out = capsys.readouterr().out
+    document = json.loads(path.read_text())
+    assert document["settings"]["greedy"] is True and document["settings"]["seed"] is None
+    assert document["seeds"] is None
+    assert ", greedy, EOS id" in out and bench.DISTRIBUTION_NOTE not in out
+    assert all(row["identical"] is True for row in document["rows"])
