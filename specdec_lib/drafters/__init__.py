@@ -4,3 +4,6 @@ from .base import Draft, Drafter, check_draft
 from .draft_model import DraftModelDrafter
 
 __all__ = ["Draft", "Drafter", "DraftModelDrafter", "check_draft"]
+from .cross_tokenizer import CrossTokenizerDrafter, CrossVocabularySamplingDrafter
+
+__all__ += ["CrossTokenizerDrafter", "CrossVocabularySamplingDrafter"]
