@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import torch
 from transformers import DynamicCache, PreTrainedModel
+from transformers.cache_utils import Cache
 
 from .errors import ConfigError, ContextOverflowError, InputError
 
@@ -83,22 +84,70 @@ def check_input_ids(input_ids: torch.Tensor, model: PreTrainedModel | None = Non
             )
 
 
-def new_cache(model: PreTrainedModel) -> DynamicCache:
-    """An empty KV cache for ``model`` (given the model config when this transformers version accepts it)."""
+CACHE_KINDS = ("dynamic", "preallocated")
+
+
+def new_cache(model: PreTrainedModel, kind: str = "dynamic") -> Cache:
+    """An empty KV cache for ``model``.
+
+    ``kind="dynamic"`` (default): transformers' `DynamicCache` (given the model config when this transformers version
+    accepts it), which grows by concatenation and rolls back by slicing. ``kind="preallocated"``: a
+    `specdec_lib.kv_cache.PreallocatedCache` allocated now for the model's whole context, whose rollback only
+    moves a length pointer. Both give the same logits through `forward_with_cache`.
+    """
+    if kind == "preallocated":
+        from .kv_cache import PreallocatedCache  # local import: kv_cache imports errors only, but keep modeling light
+
+        return PreallocatedCache.for_model(model)
+    if kind != "dynamic":
+        raise ConfigError(f"cache kind must be one of {CACHE_KINDS}, got {kind!r}.")
     if "config" in inspect.signature(DynamicCache.__init__).parameters:
         return DynamicCache(config=model.config)
     return DynamicCache()
 
 
-def cache_length(cache: DynamicCache) -> int:
+def cache_length(cache: Cache) -> int:
     """Number of tokens whose keys and values are stored in ``cache``."""
-    return cache.get_seq_length()
+    return int(cache.get_seq_length())
 
 
-def crop_cache(cache: DynamicCache, length: int) -> None:
+def cache_kind(cache: Cache) -> str:
+    """A short description of ``cache`` for messages: its class and the classes of its layers."""
+    layer_kinds = sorted({type(layer).__name__ for layer in getattr(cache, "layers", [])})
+    return f"{type(cache).__name__}({', '.join(layer_kinds)})" if layer_kinds else type(cache).__name__
+
+
+def _rollback_problem(cache: Cache, remove: int) -> str | None:
+    """Why removing the last ``remove`` tokens from ``cache`` cannot restore its earlier state (None: it can).
+
+    - a layer transformers marks as not croppable (quantized layers, linear-attention/recurrent states, a static
+      sliding layer longer than its window) has thrown information away;
+    - a sliding-window layer (``is_sliding``) keeps only its last ``window - 1`` tokens: once it has dropped older
+      ones, a rollback would leave the next token's window short of keys it needs. transformers' own
+      `DynamicSlidingWindowLayer` still reports ``is_croppable=True``, so this is checked from what it holds.
+    """
+    for index, layer in enumerate(getattr(cache, "layers", [])):
+        if not getattr(layer, "is_croppable", True):
+            return f"layer {index} ({type(layer).__name__}) cannot be cropped (transformers marks it is_croppable=False)"
+        if getattr(layer, "is_sliding", False) and remove > 0:
+            stored = 0 if getattr(layer, "keys", None) is None or layer.keys.numel() == 0 else layer.keys.shape[-2]
+            seen = int(layer.get_seq_length())
+            window = getattr(layer, "sliding_window", None)
+            if stored < seen:
+                return (
+                    f"layer {index} ({type(layer).__name__}) is a sliding-window layer (window {window}) that has "
+                    f"seen {seen} tokens but keeps only the last {stored}; rolling back would leave the next "
+                    f"tokens without keys it has already dropped"
+                )
+    return None
+
+
+def crop_cache(cache: Cache, length: int) -> None:
     """Roll ``cache`` back in place to its first ``length`` tokens (the rollback after a rejected draft).
 
     Written as ``crop(-(current - length))`` (remove that many tokens), the form every transformers 5.x accepts.
+    Refuses (`ConfigError`) a cache that cannot restore its earlier state — a sliding-window cache past its
+    window, a quantized or recurrent cache — instead of failing deep inside transformers or decoding wrongly.
     """
     current = cache_length(cache)
     if length < 0 or length > current:
@@ -107,6 +156,14 @@ def crop_cache(cache: DynamicCache, length: int) -> None:
             f"A crop can only keep between 0 and {current} tokens (it removes tokens, never adds them)."
         )
     if length < current:
+        problem = _rollback_problem(cache, current - length)
+        if problem is not None:
+            raise ConfigError(
+                f"Cannot roll the {cache_kind(cache)} back from {current} to {length} tokens: {problem}. "
+                "Speculative decoding needs a cache that can drop rejected drafts exactly: use a DynamicCache "
+                "without sliding-window layers (a model config with sliding_window=None / use_sliding_window=False) "
+                "or the pre-allocated pointer cache (new_cache(model, kind='preallocated'))."
+            )
         cache.crop(-(current - length))
 
 
@@ -145,7 +202,7 @@ def check_generation_inputs(model: PreTrainedModel, input_ids: torch.Tensor, max
 def forward_with_cache(
     model: PreTrainedModel,
     input_ids: torch.Tensor,
-    cache: DynamicCache | None,
+    cache: Cache | None,
     *,
     logits_to_keep: int | None = None,
 ) -> torch.Tensor:

@@ -20,6 +20,7 @@ from transformers import PreTrainedModel
 
 from .drafters.base import Draft, Drafter, check_draft
 from .errors import ConfigError
+from .memory import cache_bytes
 from .modeling import cache_length, check_generation_inputs, context_length, crop_cache, forward_with_cache, new_cache
 from .sampling import GREEDY, SamplingConfig, logits_to_probs, make_generator, sample_token
 from .trace import GenerationResult, RoundRecord, Trace
@@ -108,6 +109,7 @@ def speculative_generate(
     seed: int | None = None,
     verification: Literal["exact", "relaxed"] = "exact",
     lenience: float | None = None,
+    cache_kind: str = "dynamic",
 ) -> GenerationResult:
     """Generate up to ``max_new_tokens`` tokens after ``input_ids: LongTensor[1, T]`` with ``target``,
     drafting up to ``gamma`` tokens per round with ``drafter``.
@@ -130,6 +132,11 @@ def speculative_generate(
     The trace has one `RoundRecord` per target forward: the prefill round (the prompt's forward, first token,
     ``drafted=0``) then one per verification. ``RoundRecord.accepted`` counts the drafts the target accepted;
     only in the final round, when an accepted EOS ends generation, can ``emitted`` be below ``accepted + 1``.
+    ``trace.peak_kv_bytes`` holds the most bytes the target's KV cache (``"target"``) and the drafter's
+    (``"draft"``, for drafters exposing a ``cache``) allocated, measured after each forward, before rollback.
+
+    ``cache_kind`` chooses the target's cache (see `new_cache`): ``"dynamic"`` or ``"preallocated"``; the
+    tokens are the same.
     """
     check_gamma(gamma)
     if not all(callable(getattr(drafter, method, None)) for method in ("begin", "propose", "accept")):
@@ -149,12 +156,13 @@ def speculative_generate(
 
     with torch.inference_mode():
         trace = Trace.start(device)
-        cache = new_cache(target)
+        cache = new_cache(target, cache_kind)
 
         # prefill round: the prompt's forward gives the first token, exactly as in the baseline
         drafter.begin(input_ids)
         after_begin = trace.elapsed(device)
         logits = forward_with_cache(target, input_ids, cache, logits_to_keep=1)  # [1, 1, V]
+        trace.note_kv_bytes("target", cache_bytes(cache).allocated)
         token = sample_token(logits_to_probs(logits[0, -1], sampling), generator)  # LongTensor[]
         sequence = torch.cat([input_ids, token.view(1, 1)], dim=1)  # [1, T + 1]
         now = trace.elapsed(device)
@@ -179,11 +187,14 @@ def speculative_generate(
                     f"{target_vocab}. Draft and target must share a tokenizer (see specdec_lib.vocab)."
                 )
             drafted = len(draft)
+            if getattr(drafter, "cache", None) is not None:
+                trace.note_kv_bytes("draft", cache_bytes(drafter.cache).allocated)
             verify_start = trace.elapsed(device)
 
             pending = sequence[:, cache_length(cache) :]  # [1, 1]: the last committed token, not yet in the cache
             step_input = torch.cat([pending, draft_tokens.view(1, -1)], dim=1)  # [1, 1 + k']
             logits = forward_with_cache(target, step_input, cache, logits_to_keep=drafted + 1)[0]  # [k' + 1, V]
+            trace.note_kv_bytes("target", cache_bytes(cache).allocated)  # the peak: drafts in, before rollback
             accepted, next_token = _verify(
                 logits, draft_tokens, draft.probs, sampling, generator, verification, lenience
             )

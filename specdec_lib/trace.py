@@ -41,6 +41,11 @@ class Trace:
     token_times: list[float] = field(default_factory=list)  # [N] seconds since start, one per new token
     rounds: list[RoundRecord] = field(default_factory=list)  # one per target forward, prefill included
     prefill_time: float = 0.0  # seconds of the prefill round (prompt forward + first token)
+    peak_kv_bytes: dict[str, int] = field(default_factory=dict)  # e.g. {"target": ..., "draft": ...}: KV-cache peak
+
+    def note_kv_bytes(self, name: str, allocated: int) -> None:
+        """Record that cache ``name`` held ``allocated`` bytes now; `peak_kv_bytes` keeps the maximum."""
+        self.peak_kv_bytes[name] = max(self.peak_kv_bytes.get(name, 0), allocated)
 
     @classmethod
     def start(cls, device: torch.device | str) -> "Trace":

@@ -40,6 +40,7 @@ class DraftModelDrafter(Drafter):
         *,
         draft_tokenizer: PreTrainedTokenizerBase | None = None,
         target_tokenizer: PreTrainedTokenizerBase | None = None,
+        cache_kind: str = "dynamic",
     ) -> None:
         if (draft_tokenizer is None) != (target_tokenizer is None):
             raise ConfigError(
@@ -51,13 +52,27 @@ class DraftModelDrafter(Drafter):
         self.model = model
         self.vocab_size = model.get_input_embeddings().num_embeddings  # ids the draft model can read
         self.max_positions = context_length(model)
-        self._cache = new_cache(model)
+        self.cache_kind = cache_kind  # "dynamic" or "preallocated" (see `new_cache`)
+        self._cache = self._new_cache()
         self._cached_ids = torch.empty(1, 0, dtype=torch.long, device=model.device)  # [1, C]: tokens in the cache
 
     @classmethod
     def for_pair(cls, pair: ModelPair) -> "DraftModelDrafter":
         """The drafter for ``pair.draft``, after checking it against ``pair.target_tokenizer`` (see the class)."""
         return cls(pair.draft, draft_tokenizer=pair.draft_tokenizer, target_tokenizer=pair.target_tokenizer)
+
+    def _new_cache(self):
+        if self.cache_kind == "dynamic":
+            return new_cache(self.model)
+        if self.cache_kind == "preallocated" and getattr(self, "_cache", None) is not None and hasattr(self._cache, "length"):
+            crop_cache(self._cache, 0)  # reuse the storage allocated once: rollback to 0 is a pointer move
+            return self._cache
+        return new_cache(self.model, self.cache_kind)
+
+    @property
+    def cache(self):
+        """The draft model's KV cache (read-only use: memory accounting, tests)."""
+        return self._cache
 
     @property
     def device(self) -> torch.device:  # type: ignore[override]
@@ -66,7 +81,7 @@ class DraftModelDrafter(Drafter):
     def begin(self, input_ids: torch.Tensor) -> None:
         """Start a new generation: an empty cache (the prompt is read by the first `propose`)."""
         check_input_ids(input_ids, self.model)
-        self._cache = new_cache(self.model)
+        self._cache = self._new_cache()
         self._cached_ids = input_ids[:, :0].to(self.model.device)
 
     def _sync_cache(self, sequence: torch.Tensor) -> None:
