@@ -3,10 +3,16 @@
     python -m specdec_lib bench                                  # greedy: 8 code prompts, 64 new tokens, gammas 1..8
     python -m specdec_lib bench --task prose --gammas 2,4 --repeats 5 --json runs/bench.json
     python -m specdec_lib bench --temperature 0.8 --top-p 0.95 --seed 7   # sampling, exact verification
+    python -m specdec_lib bench --cross --gammas 2,4             # + the cross-tokenizer draft (draft_b) rows
 
 One row per method (and draft length gamma): our autoregressive baseline, transformers' plain ``generate``, our
 speculative decoding and transformers' assisted generation, all on the same prompts, the same pair, the same
-stopping rule and the same decoding (greedy, or sampling with the same temperature / top-k / top-p). How the numbers
+stopping rule and the same decoding (greedy, or sampling with the same temperature / top-k / top-p). ``--cross``
+adds, for each gamma, ``speculative-cross`` (our `CrossTokenizerDrafter` with the draft on another tokenizer,
+``draft_b`` of the ``embedded-cross`` preset, loaded next to the same target: one target in memory; with sampling
+`CrossVocabularySamplingDrafter`, exact verification) and, greedy only, ``hf-assisted-cross`` (transformers'
+universal assisted decoding), plus the drafter overhead per round (``ovh/rnd``: time outside the draft's forwards,
+i.e. the text translation for the cross rows; measured as `specdec_lib.benchmarking.drafter_overhead`). How the numbers
 are measured (warm-up, interleaved repeats, medians, c, alpha, seeds) is explained in `specdec_lib.benchmarking`,
 which does the measuring; this module parses arguments and prints.
 
@@ -41,12 +47,19 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "speedup": ("speed-up", "{:.2f}x"),
     "tokens_per_target_forward": ("tok/fwd", "{:.2f}"),
     "acceptance_rate": ("accept", "{:.2f}"),
+    "drafter_overhead_ms": ("ovh/rnd", "{:.2f}ms"),
     "c": ("c", "{:.3f}"),
     "alpha": ("alpha", "{:.3f}"),
     "predicted_speedup": ("predicted", "{:.2f}x"),
     "measured_over_predicted": ("meas/pred", "{:.2f}"),
     "identical": ("identical", "{}"),
 }
+
+# columns printed only when some row has a value (the overhead is measured only with --cross)
+OPTIONAL_COLUMNS = frozenset({"drafter_overhead_ms"})
+
+#: --cross: the preset whose draft is on another tokenizer, for each preset with a same-tokenizer draft (same target)
+CROSS_PRESETS = {"embedded": "embedded-cross", "hub-qwen2.5": "hub-cross"}
 
 DISTRIBUTION_NOTE = (
     "identical = n/a (sampling): each method samples from its own random stream, so tokens cannot match the "
@@ -63,6 +76,17 @@ c          our median draft time per drafted token / the baseline's median time 
 alpha      per-token acceptance giving the measured tokens per verification round (Leviathan et al.)
 predicted  expected_speedup(alpha, gamma, c); meas/pred = speed-up / predicted
 identical  the method's tokens equal the baseline's for every prompt, in every run"""
+
+CROSS_LEGEND = """\
+ovh/rnd    drafter time outside the draft model's forwards, per round, in one extra pass of each of our speculative
+           rows: (propose + accept, timed by a wrapper around the drafter's public calls) - (draft forwards, timed
+           by forward hooks). speculative-cross: the text translation (decode, re-encode with lookbehind windows,
+           boundary alignment, both ways) + the bookkeeping every drafter has (argmax, cache crops); speculative:
+           that bookkeeping alone. The difference is the translation's cost. c of the cross rows includes it
+*-cross    speculative-cross: our drafter with the draft on another tokenizer (greedy: CrossTokenizerDrafter;
+           sampling: CrossVocabularySamplingDrafter, drafts only shared tokens, exact verification);
+           hf-assisted-cross: transformers' universal assisted decoding (greedy only), gamma = draft tokens per
+           round; its accept/alpha stay blank (drafts counted in draft tokens, acceptances in target tokens)"""
 
 SAMPLING_LEGEND = LEGEND.replace(
     "identical  the method's tokens equal the baseline's for every prompt, in every run",
@@ -155,6 +179,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="cpu, cuda, cuda:1, mps (default: SPECDEC_DEVICE, else the best available)")
     parser.add_argument("--threads", type=_positive_int, default=None,
                         help="torch CPU threads (default: torch's own choice)")
+    parser.add_argument("--cross", action="store_true",
+                        help="also benchmark the cross-tokenizer draft (the draft of the preset's cross twin, e.g. "
+                        "draft_b of embedded-cross, on the same target): rows speculative-cross (and, greedy, "
+                        "hf-assisted-cross) for each gamma, and the translation overhead per round")
     parser.add_argument("--no-transformers", action="store_true",
                         help="leave out transformers' generate and assisted generation (faster)")
     parser.add_argument("--json", type=Path, default=None, metavar="PATH",
@@ -175,8 +203,9 @@ def _cell(key: str, value: object) -> str:
 
 
 def format_table(rows: Sequence[dict]) -> str:
-    """The rows as aligned text: one header line, then one line per row (text left-aligned, numbers right)."""
-    keys = list(COLUMNS)
+    """The rows as aligned text: one header line, then one line per row (text left-aligned, numbers right).
+    An `OPTIONAL_COLUMNS` column is left out when no row has a value in it."""
+    keys = [key for key in COLUMNS if key not in OPTIONAL_COLUMNS or any(row.get(key) is not None for row in rows)]
     cells = [[COLUMNS[key][0] for key in keys]] + [[_cell(key, row.get(key)) for key in keys] for row in rows]
     widths = [max(len(line[i]) for line in cells) for i in range(len(keys))]
     left = {"method", "identical"}
@@ -246,6 +275,35 @@ def format_machine(machine: dict, settings: dict) -> str:
     )
 
 
+def cross_refusal(preset: str) -> str:
+    """Why ``--cross`` cannot run with ``preset`` (one without a cross-tokenizer twin)."""
+    twins = ", ".join(f"{a} -> {b}" for a, b in CROSS_PRESETS.items())
+    return (
+        f"--cross needs a preset with a same-tokenizer draft whose target also has a cross-tokenizer draft "
+        f"({twins}); {preset!r} has none. For the embedded cross pair give --preset embedded --cross."
+    )
+
+
+def load_cross_pair(preset: str, pair):
+    """The ``--cross`` pair: ``pair``'s target object (not a second copy) with the draft of
+    ``CROSS_PRESETS[preset]``, which is on another tokenizer. ConfigError for a preset without a cross twin."""
+    from .errors import ConfigError
+    from .models import PRESETS, ModelPair, _load_from_hub, load_embedded
+
+    if preset not in CROSS_PRESETS:
+        raise ConfigError(cross_refusal(preset))
+    name = CROSS_PRESETS[preset]
+    spec = PRESETS[name]
+    if spec.target != PRESETS[preset].target:  # pragma: no cover (a mistake in CROSS_PRESETS)
+        raise ConfigError(f"{name!r} and {preset!r} do not share a target.")
+    dtype = pair.target.dtype
+    if spec.source == "embedded":
+        draft, tokenizer = load_embedded(spec.draft, device=pair.device, dtype=dtype)
+    else:
+        draft, tokenizer = _load_from_hub(name, spec.draft, pair.device, dtype)
+    return ModelPair(pair.target, draft, pair.target_tokenizer, tokenizer, name, pair.device)
+
+
 # --------------------------------------------------------------------------- command
 
 
@@ -266,6 +324,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         sampling = sampling_from_args(args)
     except ConfigError as error:
         parser.error(str(error))
+    if args.cross and args.preset not in CROSS_PRESETS:
+        parser.error(cross_refusal(args.preset))
 
     from .benchmarking import resolve_eos, run_benchmark
     from .devices import get_device
@@ -298,6 +358,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"prompt {prompt.id}: {error}")
     except (SpecdecError, OSError) as error:
         return _fail(str(error))
+    cross = None
+    if args.cross:
+        try:
+            cross = load_cross_pair(args.preset, pair)
+        except (SpecdecError, OSError) as error:
+            return _fail(str(error))
 
     try:
         report = run_benchmark(
@@ -310,6 +376,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             progress=not args.no_progress,
             sampling=sampling,
             seed=args.seed,
+            cross=cross,
         )
     except SpecdecError as error:  # e.g. a pair whose draft does not share the target's tokenizer
         parser.error(str(error))
@@ -329,6 +396,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         "seeding": None if sampling.is_greedy else "run_seed(seed, pass, prompt): sha256-derived; pass 0 = warm-up, "
         "r + 1 = repeat r, repeats + 1 = profile; the same seed for every method",
         "verification": "greedy" if sampling.is_greedy else "exact",
+        "cross": None if cross is None else {
+            "preset": cross.preset,
+            "draft_vocab_size": cross.draft.config.get_text_config().vocab_size,
+            "drafter": "CrossTokenizerDrafter(lookbehind=8)" if sampling.is_greedy
+            else "CrossVocabularySamplingDrafter(lookbehind=8) (vocabulary intersection, exact verification)",
+            "hf_assisted_cross": (not args.no_transformers) and sampling.is_greedy,
+            "overhead": "drafter_overhead: one extra pass (pass repeats + 2) per speculative row; "
+            "(propose + accept timed around the drafter's public calls) - (draft forwards timed by hooks), per round",
+        },
     }
     machine = machine_info(device)
     if not sampling.is_greedy:
@@ -341,6 +417,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(format_machine(machine, settings))
     print()
     print(LEGEND if sampling.is_greedy else SAMPLING_LEGEND)
+    if cross is not None:
+        print(CROSS_LEGEND)
 
     if args.json is not None:
         document = {

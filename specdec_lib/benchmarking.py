@@ -10,6 +10,16 @@ Four ways to decode with the same target model and the same `SamplingConfig` (``
     hf-greedy        transformers' plain ``target.generate(do_sample=False)``: the framework's own greedy loop;
     (hf-sample)      with sampling, ``target.generate(do_sample=True, temperature, top_k, top_p)`` instead
 
+With a *cross* pair (``run_benchmark(..., cross=...)``: the same target object with a draft on another tokenizer,
+e.g. ``draft_b`` of the ``embedded-cross`` preset), two more methods per gamma:
+
+    speculative-cross  our speculative decoding with that draft: `CrossTokenizerDrafter` (greedy: text round trip,
+                       boundary alignment) or, with sampling, `CrossVocabularySamplingDrafter` (exact verification
+                       inside the vocabulary intersection)
+    hf-assisted-cross  transformers' universal assisted decoding, ``target.generate(assistant_model=draft,
+                       tokenizer=..., assistant_tokenizer=...)``, gamma draft tokens per round; greedy only (with
+                       sampling the row is left out)
+
 **Greedy** (the default): every method must emit the baseline's tokens, which the ``identical`` column checks.
 
 **Sampling** (temperature > 0): every method samples from the same processed distribution, but from its own random
@@ -50,6 +60,17 @@ target forward is a verification (the first one also reads the prompt), one draf
 This holds with sampling too: transformers' speculative sampling also emits ``accepted + 1`` tokens per round.
 Its per-forward times are not observable without hooks in the timed runs, so its c and prediction stay blank.
 
+**Drafter overhead** (`drafter_overhead`; column ``ovh/rnd``, only when a cross pair is given): after the repeats,
+one more pass of each of our speculative methods (same-tokenizer and cross) with the drafter wrapped in
+`TimedDrafter`, which times its public ``propose`` and ``accept`` calls (device synchronized at both ends), while
+`time_forwards` times every forward of the draft model inside them. ``overhead = propose + accept - draft forwards``,
+per round (one ``propose`` per verification round). For ``speculative-cross`` that is the text translation (decode
+the committed target ids, re-encode them for the draft with the lookbehind window, decode the draft's tokens,
+re-encode them for the target with the boundary alignment) plus the bookkeeping every drafter has (argmax, cache
+crops); for ``speculative`` it is that bookkeeping alone, so the difference of the two is the translation's cost. The forward
+intervals lie inside the propose intervals, so the overhead is never negative. (`CrossTokenizerDrafter.stats`
+is declared but not filled by the drafter, hence the wrapper.)
+
 **Profile** (`profile_method`): after the repeats, one more pass of our best gamma with every draft and target
 forward timed by hooks splits its time into draft forwards, target forwards (verification) and the rest (the
 acceptance test, cache bookkeeping, Python). The traces cannot give that split: their rounds tile the whole loop,
@@ -71,8 +92,12 @@ from transformers import PreTrainedModel
 
 from .baseline import autoregressive_generate
 from .devices import synchronize
-from .drafters import DraftModelDrafter
-from .drafters.base import Drafter
+from .drafters import (
+    CrossTokenizerDrafter,
+    CrossVocabularySamplingDrafter,
+    DraftModelDrafter,
+)
+from .drafters.base import Draft, Drafter
 from .errors import ConfigError
 from .models import ModelPair
 from .sampling import GREEDY, SamplingConfig
@@ -85,6 +110,8 @@ SPECULATIVE = "speculative"
 HF_ASSISTED = "hf-assisted"
 HF_GREEDY = "hf-greedy"
 HF_SAMPLE = "hf-sample"
+SPECULATIVE_CROSS = "speculative-cross"
+HF_ASSISTED_CROSS = "hf-assisted-cross"
 
 #: What the ``identical`` column holds in a sampling run: token equality with the baseline cannot hold there.
 NOT_APPLICABLE = "n/a (sampling)"
@@ -97,6 +124,7 @@ ROW_COLUMNS = (
     "speedup",
     "tokens_per_target_forward",
     "acceptance_rate",
+    "drafter_overhead_ms",
     "c",
     "alpha",
     "predicted_speedup",
@@ -135,6 +163,8 @@ class Method:
     name: str = "method"
     gamma: int | None = None
     source: str = ""  # where the row's tokens-per-forward and acceptance come from ("trace", "forward counts")
+    draft_role: str = "draft"  # which model of `measure`'s ``count_models`` is this method's draft
+    counts_acceptance: bool = True  # forward counts give accepted / drafted (False: drafts counted in other units)
 
     @property
     def key(self) -> str:
@@ -184,6 +214,22 @@ class Speculative(Method):
             verification="exact",
         )
         return result.new_token_list, result
+
+
+class SpeculativeCross(Speculative):
+    """Our speculative decoding with a draft on another tokenizer (row ``speculative-cross``): the drafter is a
+    `CrossTokenizerDrafter` (greedy) or a `CrossVocabularySamplingDrafter` (sampling, exact verification)."""
+
+    name = SPECULATIVE_CROSS
+
+
+def cross_drafter(cross: ModelPair, sampling: SamplingConfig) -> Drafter:
+    """The drafter of the ``speculative-cross`` rows: greedy `CrossTokenizerDrafter` (text round trip), or with
+    sampling `CrossVocabularySamplingDrafter`, whose q is over the target's ids so that exact verification keeps
+    the target's distribution."""
+    if sampling.is_greedy:
+        return CrossTokenizerDrafter.for_pair(cross)
+    return CrossVocabularySamplingDrafter.for_pair(cross)
 
 
 def hf_sampling_kwargs(sampling: SamplingConfig) -> dict:
@@ -320,6 +366,68 @@ class HFAssisted(Method):
         return output[0, input_ids.shape[1] :].tolist(), None
 
 
+class HFAssistedCross(HFAssisted):
+    """transformers' universal assisted decoding (UAD): ``target.generate(assistant_model=draft, tokenizer=target's,
+    assistant_tokenizer=draft's)``, which translates through text each round
+    (``AssistedCandidateGeneratorDifferentTokenizers``); the draft drafts ``gamma`` of *its* tokens per round
+    (`assistant_config`). Greedy only here.
+
+    Tokens per target forward come from forward counts as for hf-assisted; acceptance and alpha stay blank: its
+    drafts are counted in draft tokens (forwards of the draft) but accepted in target tokens, so their ratio is no
+    acceptance rate."""
+
+    name, draft_role, counts_acceptance = HF_ASSISTED_CROSS, "cross_draft", False
+
+    def __init__(self, cross: ModelPair, gamma: int, spec: GenerationSpec) -> None:
+        if not spec.sampling.is_greedy:
+            raise ConfigError(
+                "hf-assisted-cross (transformers' universal assisted decoding) is benchmarked greedily only; "
+                "with sampling, leave it out (speculative-cross samples exactly through the vocabulary intersection)."
+            )
+        target_vocab = cross.target.config.get_text_config().vocab_size
+        if target_vocab == cross.draft.config.get_text_config().vocab_size:
+            raise ConfigError(
+                f"transformers (5.24) chooses universal assisted decoding by vocabulary *size*: target and draft "
+                f"both have {target_vocab} embedding rows, so it refuses assistant_tokenizer. hf-assisted-cross "
+                "cannot run on this pair; leave transformers' methods out (--no-transformers)."
+            )
+        super().__init__(cross.target, cross.draft, gamma, spec)
+        self.target_tokenizer, self.draft_tokenizer = cross.target_tokenizer, cross.draft_tokenizer
+
+    def generate(self, input_ids: torch.Tensor, seed: int | None = None) -> tuple[list[int], GenerationResult | None]:
+        input_ids = input_ids.to(self.target.device)
+        with (
+            _swapped_generation_config(self.target, self._target_config),
+            _swapped_generation_config(self.draft, self._draft_config),
+        ):
+            output = self.target.generate(
+                input_ids,
+                assistant_model=self.draft,
+                tokenizer=self.target_tokenizer,
+                assistant_tokenizer=self.draft_tokenizer,
+                **_hf_generate_kwargs(input_ids, self.spec),
+            )
+        return output[0, input_ids.shape[1] :].tolist(), None
+
+
+def check_cross_pair(pair: ModelPair, cross: ModelPair) -> None:
+    """Refuse a cross pair that does not share ``pair``'s target *object* (one target in memory, the same
+    weights for every row) or whose draft does not need translating (same tokenizer: use ``speculative``)."""
+    if not isinstance(cross, ModelPair):
+        raise ConfigError(f"cross must be a ModelPair (the same target with a draft on another tokenizer), got {type(cross).__name__}.")
+    if cross.target is not pair.target:
+        raise ConfigError(
+            "The cross pair must share the benchmark pair's target object (cross.target is pair.target): one "
+            "target in memory, and every row verified by the same weights. Build it as "
+            "ModelPair(pair.target, draft_b, pair.target_tokenizer, draft_b_tokenizer, ...)."
+        )
+    if cross.same_tokenizer:
+        raise ConfigError(
+            "The cross pair's draft shares the target's tokenizer: nothing to translate. Its rows would be the "
+            "ordinary speculative rows; give a draft on another tokenizer (e.g. draft_b of 'embedded-cross')."
+        )
+
+
 def resolve_eos(pair: ModelPair) -> int | None:
     """The EOS every method stops at: the target tokenizer's, else the target's generation config's (if one id)."""
     eos = pair.target_tokenizer.eos_token_id
@@ -331,13 +439,20 @@ def resolve_eos(pair: ModelPair) -> int | None:
 
 
 def build_methods(
-    pair: ModelPair, gammas: Sequence[int], spec: GenerationSpec, *, transformers: bool = True
+    pair: ModelPair,
+    gammas: Sequence[int],
+    spec: GenerationSpec,
+    *,
+    transformers: bool = True,
+    cross: ModelPair | None = None,
 ) -> list[Method]:
     """The benchmark's methods for ``pair``: baseline, hf-greedy (hf-sample when ``spec`` samples), ours for each
-    gamma, hf-assisted for each gamma.
+    gamma, [ours with the cross draft for each gamma], hf-assisted for each gamma, [hf-assisted-cross for each
+    gamma, greedy only].
 
-    ``transformers=False`` leaves out transformers' two methods. One `DraftModelDrafter` serves every gamma (it
-    resets its cache at each generation); building it checks that the pair shares a tokenizer.
+    ``transformers=False`` leaves out transformers' methods. One `DraftModelDrafter` serves every gamma (it
+    resets its cache at each generation); building it checks that the pair shares a tokenizer. ``cross``: the same
+    target with a draft on another tokenizer (`check_cross_pair`); one `cross_drafter` serves every gamma.
     """
     if not gammas:
         raise ConfigError("gammas is empty: give at least one draft length, e.g. (2, 4).")
@@ -348,8 +463,14 @@ def build_methods(
     if transformers:
         methods.append(HFGenerate(pair.target, spec))
     methods += [Speculative(pair.target, drafter, gamma, spec) for gamma in gammas]
+    if cross is not None:
+        check_cross_pair(pair, cross)
+        translating = cross_drafter(cross, spec.sampling)
+        methods += [SpeculativeCross(pair.target, translating, gamma, spec) for gamma in gammas]
     if transformers:
         methods += [HFAssisted(pair.target, pair.draft, gamma, spec) for gamma in gammas]
+        if cross is not None and spec.sampling.is_greedy:
+            methods += [HFAssistedCross(cross, gamma, spec) for gamma in gammas]
     return methods
 
 
@@ -554,10 +675,10 @@ def _count_numbers(runs: list[Run], counts: dict[str, int], method: Method) -> d
     """The same numbers from the warm-up's forward counts (transformers' methods, which have no trace)."""
     tokens = sum(run.new_tokens for run in runs)
     target_forwards = counts.get("target")
-    draft_forwards = counts.get("draft") if method.gamma is not None else 0
+    draft_forwards = counts.get(method.draft_role) if method.gamma is not None else 0
     per_forward = tokens / target_forwards if target_forwards else None
     acceptance = None
-    if method.gamma is not None and target_forwards and draft_forwards:
+    if method.gamma is not None and method.counts_acceptance and target_forwards and draft_forwards:
         acceptance = max(tokens - target_forwards, 0) / draft_forwards
     return {
         "new_tokens": tokens,
@@ -618,7 +739,7 @@ def build_report(measurements: Measurements) -> Report:
             numbers = _count_numbers(warm, measurements.forward_counts[method.key], method)
         if method.gamma is None:
             numbers["acceptance_rate"] = None
-        alpha = _alpha(numbers["tokens_per_verification_round"], method.gamma)
+        alpha = _alpha(numbers["tokens_per_verification_round"], method.gamma) if method.counts_acceptance else None
 
         c = predicted = None
         if method.source == "trace" and method.gamma is not None:
@@ -637,6 +758,7 @@ def build_report(measurements: Measurements) -> Report:
                 "speedup": speedup,
                 "tokens_per_target_forward": numbers["tokens_per_target_forward"],
                 "acceptance_rate": numbers["acceptance_rate"],
+                "drafter_overhead_ms": None,  # `drafter_overhead`'s (run_benchmark fills it for our rows)
                 "c": c,
                 "alpha": alpha,
                 "predicted_speedup": predicted,
@@ -652,6 +774,7 @@ def build_report(measurements: Measurements) -> Report:
                 "target_forwards": numbers["target_forwards"],
                 "draft_forwards": numbers["draft_forwards"],
                 "tokens_per_verification_round": numbers["tokens_per_verification_round"],
+                "drafter_overhead": None,
             }
         )
         raw[method.key] = {
@@ -723,6 +846,81 @@ def profile_method(
     }
 
 
+class TimedDrafter(Drafter):
+    """A thin wrapper that times another drafter's public calls: seconds inside ``propose`` and ``accept`` (device
+    synchronized before and after each), and the number of ``propose`` calls (one per verification round). Every
+    other attribute (``cache``, ``model``) is the wrapped drafter's."""
+
+    def __init__(self, inner: Drafter, device: torch.device | str = "cpu") -> None:
+        self.inner, self.sync_device = inner, torch.device(device)
+        self.propose_seconds = self.accept_seconds = 0.0
+        self.proposals = 0
+
+    name = property(lambda self: self.inner.name)  # type: ignore[assignment]
+    device = property(lambda self: self.inner.device)  # type: ignore[assignment]
+
+    def __getattr__(self, attribute: str):  # only called for attributes this wrapper lacks
+        if attribute == "inner":
+            raise AttributeError(attribute)
+        return getattr(self.inner, attribute)
+
+    def begin(self, input_ids: torch.Tensor) -> None:
+        self.inner.begin(input_ids)
+
+    def propose(
+        self, sequence: torch.Tensor, k: int, sampling: SamplingConfig, generator: torch.Generator | None
+    ) -> Draft:
+        synchronize(self.sync_device)
+        start = time.perf_counter()
+        draft = self.inner.propose(sequence, k, sampling, generator)
+        synchronize(self.sync_device)
+        self.propose_seconds += time.perf_counter() - start
+        self.proposals += 1
+        return draft
+
+    def accept(self, sequence_length: int) -> None:
+        synchronize(self.sync_device)
+        start = time.perf_counter()
+        self.inner.accept(sequence_length)
+        synchronize(self.sync_device)
+        self.accept_seconds += time.perf_counter() - start
+
+
+def drafter_overhead(
+    method: Speculative,
+    prompts: Sequence[torch.Tensor],
+    *,
+    device: torch.device | str = "cpu",
+    seeds: Sequence[int | None] | None = None,
+) -> dict:
+    """The drafter's time outside its draft model's forwards, per round: one extra pass of ``method`` over
+    ``prompts`` with its drafter wrapped in `TimedDrafter` and the draft model's forwards timed by `time_forwards`
+    (module docstring, "Drafter overhead"). Returns seconds and ``overhead_ms_per_round``."""
+    device = torch.device(device)
+    seeds = list(seeds) if seeds is not None else [None] * len(prompts)
+    timed = TimedDrafter(method.drafter, device)
+    probe = copy.copy(method)
+    probe.drafter = timed
+    with torch.inference_mode(), time_forwards({"draft": method.drafter.model}, device) as seconds:
+        for input_ids, seed in zip(prompts, seeds):
+            _timed(probe, input_ids, device, seed)
+    drafter_s = timed.propose_seconds + timed.accept_seconds
+    forward_s = seconds["draft"]
+    overhead_s = drafter_s - forward_s
+    rounds = timed.proposals
+    return {
+        "method": "propose + accept (TimedDrafter) - draft-model forwards (time_forwards hooks), one extra pass",
+        "rounds": rounds,
+        "drafter_s": drafter_s,
+        "propose_s": timed.propose_seconds,
+        "accept_s": timed.accept_seconds,
+        "draft_forward_s": forward_s,
+        "overhead_s": overhead_s,
+        "overhead_ms_per_round": 1000 * overhead_s / rounds if rounds else None,
+        "draft_forward_ms_per_round": 1000 * forward_s / rounds if rounds else None,
+    }
+
+
 def best_speculative(report: Report) -> dict | None:
     """Our speculative row with the highest median speed-up (None if there is none)."""
     ours = [row for row in report.rows if row["method"] == SPECULATIVE and row["speedup"] is not None]
@@ -743,26 +941,45 @@ def run_benchmark(
     progress: bool = True,
     sampling: SamplingConfig = GREEDY,
     seed: int | None = 0,
+    cross: ModelPair | None = None,
+    overhead: bool | None = None,
 ) -> Report:
     """Benchmark ``pair`` on ``prompts`` (``LongTensor[1, T]`` each, target token ids): `build_methods`, `measure`,
     `build_report`, then `profile_method` at our best gamma. Every method stops at the same EOS (`resolve_eos`)
     or after ``max_new_tokens``, and decodes with ``sampling`` (greedy by default). With sampling, ``seed`` is the
-    base seed of `run_seed` (the profile pass is pass ``repeats + 1``); greedy runs use no seed."""
+    base seed of `run_seed` (the profile pass is pass ``repeats + 1``); greedy runs use no seed.
+
+    ``cross``: the same target object with a draft on another tokenizer; adds the ``speculative-cross`` (and,
+    greedy, ``hf-assisted-cross``) rows. ``overhead``: measure `drafter_overhead` for each of our speculative rows
+    (pass ``repeats + 2``); None: only when ``cross`` is given."""
     spec = GenerationSpec(max_new_tokens, resolve_eos(pair), pair.target_tokenizer.pad_token_id, sampling)
     seed = None if sampling.is_greedy else seed
-    methods = build_methods(pair, gammas, spec, transformers=transformers)
+    methods = build_methods(pair, gammas, spec, transformers=transformers, cross=cross)
     prompts = [p.to(pair.device) for p in prompts]
+    count_models = {"target": pair.target, "draft": pair.draft}
+    if cross is not None:
+        count_models["cross_draft"] = cross.draft
     measurements = measure(
         methods,
         prompts,
         repeats=repeats,
         device=pair.device,
-        count_models={"target": pair.target, "draft": pair.draft},
+        count_models=count_models,
         progress=progress,
         sampling=sampling,
         seed=seed,
     )
     report = build_report(measurements)
+    if overhead is None:
+        overhead = cross is not None
+    if overhead:
+        seeds = None if seed is None else [run_seed(seed, repeats + 2, i) for i in range(len(prompts))]
+        for method in methods:
+            if isinstance(method, Speculative):
+                numbers = drafter_overhead(method, prompts, device=pair.device, seeds=seeds)
+                row = next(row for row in report.rows if row["key"] == method.key)
+                row["drafter_overhead"] = numbers
+                row["drafter_overhead_ms"] = numbers["overhead_ms_per_round"]
     best = best_speculative(report)
     if best is not None:
         method = next(method for method in methods if method.key == best["key"])

@@ -5,6 +5,9 @@ that every method and gamma gets a row, that the derived columns follow from the
 `identical` catches a method whose tokens differ, that the JSON holds the table's numbers, and the command line.
 With sampling: every method still gets a row, `identical` is "n/a (sampling)", seeds make our methods reproducible,
 and transformers' methods are asked for the same processed distribution as ours (top-k off really off).
+With a cross pair (a tiny draft on tokenizer "b" next to the same tiny target): speculative-cross and
+hf-assisted-cross rows for each gamma, identical = yes when greedy, the drafter overhead measured and >= 0, the
+cross-vocabulary drafter with sampling, and the --cross flag.
 """
 
 from __future__ import annotations
@@ -23,10 +26,12 @@ from specdec_lib import bench
 from specdec_lib.benchmarking import (
     BASELINE,
     HF_ASSISTED,
+    HF_ASSISTED_CROSS,
     HF_GREEDY,
     HF_SAMPLE,
     NOT_APPLICABLE,
     SPECULATIVE,
+    SPECULATIVE_CROSS,
     Autoregressive,
     GenerationSpec,
     Measurements,
@@ -34,21 +39,26 @@ from specdec_lib.benchmarking import (
     Run,
     Speculative,
     HFAssisted,
+    HFAssistedCross,
+    TimedDrafter,
     assistant_config,
     build_methods,
     build_report,
     count_forwards,
+    drafter_overhead,
     hf_sampling_kwargs,
     measure,
     run_benchmark,
     run_seed,
 )
+from specdec_lib.drafters import CrossTokenizerDrafter, CrossVocabularySamplingDrafter
 from specdec_lib.errors import ConfigError, ModelNotFoundError
 from specdec_lib.models import ModelPair
 from specdec_lib.prompts import Prompt
 from specdec_lib.sampling import SamplingConfig, logits_to_probs
 from specdec_lib.theory import expected_speedup
 from specdec_lib.trace import GenerationResult, RoundRecord, Trace
+from specdec_lib.vocab import vocabulary_intersection
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMPTS = [torch.tensor([[0, 5, 17, 42, 3, 8, 61]]), torch.tensor([[0, 9, 9, 30, 2]])]
@@ -250,7 +260,8 @@ def test_format_table_aligns_columns_and_leaves_unknowns_blank():
         {"method": "speculative", "gamma": 4, "tokens_per_s": 250.04, "speedup": 2.5, "alpha": 0.8, "identical": False},
     ]
     lines = bench.format_table(rows).splitlines()
-    assert lines[0].split() == [header for header, _ in bench.COLUMNS.values()]
+    # ovh/rnd (optional) is left out: no row has a value in it
+    assert lines[0].split() == [header for key, (header, _) in bench.COLUMNS.items() if key not in bench.OPTIONAL_COLUMNS]
     assert lines[1].split() == ["autoregressive", "100.0", "1.00x", "yes"]
     assert lines[2].split() == ["speculative", "4", "250.0", "2.50x", "0.800", "NO"]
     assert lines[1].index("100.0") == lines[2].index("250.0")  # numbers right-aligned in their column
@@ -512,3 +523,227 @@ def test_cli_greedy_settings_say_greedy(fake_loading, tmp_path, capsys):
     assert document["seeds"] is None
     assert ", greedy, EOS id" in out and bench.DISTRIBUTION_NOTE not in out
     assert all(row["identical"] is True for row in document["rows"])
+
+
+# --------------------------------------------------------------------------- cross-tokenizer rows
+
+
+def tiny_cross_pair(pair: ModelPair) -> ModelPair:
+    """``pair``'s target object with a draft on tiny tokenizer "b" (metaspace; the target is on "a", byte-level).
+
+    The draft is the target's first layer with its embedding and head rows moved to the "b" ids of the same
+    strings (as in tests/test_cross_tokenizer.py), so that drafts get accepted; its embeddings are padded to 72 rows:
+    transformers picks universal assisted decoding by a vocabulary size differing from the target's."""
+    tok_a, tok_b = pair.target_tokenizer, build_tiny_tokenizer("b")
+    draft = copy.deepcopy(pair.target)
+    draft.model.layers = draft.model.layers[:1]
+    draft.config.num_hidden_layers = 1
+    draft.resize_token_embeddings(72, mean_resizing=False)
+    target_ids, draft_ids = vocabulary_intersection(tok_a, tok_b)
+    with torch.no_grad():
+        draft.model.embed_tokens.weight[draft_ids] = pair.target.model.embed_tokens.weight[target_ids]
+        draft.lm_head.weight[draft_ids] = pair.target.lm_head.weight[target_ids]
+    return ModelPair(pair.target, draft, tok_a, tok_b, "embedded-cross", pair.device)
+
+
+def sharp_pair() -> ModelPair:
+    """`tiny_pair` with a sharpened target head (confident, like a trained model: the cross draft then agrees)."""
+    pair = tiny_pair()
+    with torch.no_grad():
+        pair.target.lm_head.weight.mul_(30)
+    return pair
+
+
+TEXT_PROMPTS = ["def add(a, b):\n", "for item in items:\n"]
+
+
+@pytest.fixture(scope="module")
+def cross_setup():
+    pair = sharp_pair()
+    prompts = [pair.target_tokenizer(text, return_tensors="pt").input_ids for text in TEXT_PROMPTS]
+    return pair, tiny_cross_pair(pair), prompts
+
+
+@pytest.fixture(scope="module")
+def cross_report(cross_setup):
+    pair, cross, prompts = cross_setup
+    return run_benchmark(pair, prompts, gammas=(1, 3), max_new_tokens=10, repeats=1, progress=False, cross=cross)
+
+
+def test_cross_rows_sit_next_to_the_same_tokenizer_rows(cross_report):
+    assert [(row["method"], row["gamma"]) for row in cross_report.rows] == [
+        (BASELINE, None),
+        (HF_GREEDY, None),
+        (SPECULATIVE, 1),
+        (SPECULATIVE, 3),
+        (SPECULATIVE_CROSS, 1),
+        (SPECULATIVE_CROSS, 3),
+        (HF_ASSISTED, 1),
+        (HF_ASSISTED, 3),
+        (HF_ASSISTED_CROSS, 1),
+        (HF_ASSISTED_CROSS, 3),
+    ]
+    for row in cross_report.rows:
+        assert set(bench.COLUMNS) <= set(row)
+        assert row["tokens_per_s"] > 0 and row["speedup"] > 0
+
+
+def test_greedy_cross_rows_emit_the_baselines_tokens(cross_report):
+    for row in cross_report.rows:
+        assert row["identical"] is True, row["key"]
+        assert row["identical_per_prompt"] == [True, True], row["key"]
+
+
+def test_cross_rows_numbers(cross_report):
+    for gamma in (1, 3):
+        ours = cross_report.row(SPECULATIVE_CROSS, gamma)
+        assert 1.0 <= ours["tokens_per_target_forward"] <= gamma + 1
+        assert 0.0 <= ours["acceptance_rate"] <= 1.0 and 0.0 <= ours["alpha"] <= 1.0 and ours["c"] > 0
+        theirs = cross_report.row(HF_ASSISTED_CROSS, gamma)
+        assert theirs["tokens_per_target_forward"] >= 1.0 and theirs["draft_forwards"] > 0  # the cross draft's
+        assert theirs["acceptance_rate"] is None and theirs["alpha"] is None  # draft vs target tokens: no ratio
+    # the sharpened draft agrees with the target often: some drafts are accepted (not a timing claim)
+    assert max(cross_report.row(SPECULATIVE_CROSS, g)["acceptance_rate"] for g in (1, 3)) > 0
+    # the profile stays on the same-tokenizer rows (it times pair.draft's forwards)
+    assert cross_report.profile["method"] == SPECULATIVE
+
+
+def test_drafter_overhead_is_measured_for_our_rows_and_never_negative(cross_report):
+    for row in cross_report.rows:
+        if row["method"] in (SPECULATIVE, SPECULATIVE_CROSS):
+            overhead = row["drafter_overhead"]
+            assert overhead["rounds"] > 0 and overhead["draft_forward_s"] > 0
+            assert overhead["overhead_s"] >= 0 and row["drafter_overhead_ms"] >= 0
+            assert overhead["drafter_s"] == pytest.approx(overhead["propose_s"] + overhead["accept_s"])
+            assert overhead["overhead_s"] == pytest.approx(overhead["drafter_s"] - overhead["draft_forward_s"])
+            assert row["drafter_overhead_ms"] == pytest.approx(1000 * overhead["overhead_s"] / overhead["rounds"])
+        else:
+            assert row["drafter_overhead_ms"] is None and row["drafter_overhead"] is None
+    assert "ovh/rnd" in bench.format_table(cross_report.rows).splitlines()[0]
+
+
+def test_without_cross_the_overhead_is_not_measured(report):
+    assert all(row["drafter_overhead_ms"] is None for row in report.rows)
+    assert "ovh/rnd" not in bench.format_table(report.rows)
+
+
+def test_timed_drafter_counts_rounds_and_passes_everything_through(cross_setup):
+    pair, cross, prompts = cross_setup
+    inner = CrossTokenizerDrafter.for_pair(cross)
+    timed = TimedDrafter(inner)
+    assert timed.name == inner.name and timed.device == inner.device and timed.model is cross.draft
+    spec = GenerationSpec(8, None)
+    plain = Speculative(pair.target, inner, 2, spec).generate(prompts[0])[0]
+    wrapped = Speculative(pair.target, timed, 2, spec).generate(prompts[0])
+    assert wrapped[0] == plain
+    assert timed.proposals == len(wrapped[1].trace.rounds) - 1  # one propose per verification round
+    assert timed.propose_seconds > 0 and timed.accept_seconds > 0
+    numbers = drafter_overhead(Speculative(pair.target, inner, 2, spec), prompts)
+    assert numbers["rounds"] > 0 and numbers["overhead_s"] >= 0
+    for model in (cross.draft, pair.target):  # no hook left behind
+        assert not model._forward_hooks and not model._forward_pre_hooks
+
+
+def test_cross_sampling_uses_the_vocabulary_intersection_drafter(cross_setup):
+    pair, cross, prompts = cross_setup
+    sampling = SamplingConfig(temperature=0.8)
+    methods = build_methods(pair, (2,), GenerationSpec(8, 1, sampling=sampling), cross=cross)
+    names = [(method.name, method.gamma) for method in methods]
+    assert names == [(BASELINE, None), (HF_SAMPLE, None), (SPECULATIVE, 2), (SPECULATIVE_CROSS, 2), (HF_ASSISTED, 2)]
+    assert isinstance(methods[3].drafter, CrossVocabularySamplingDrafter)  # exact verification; no hf-assisted-cross
+    report = run_benchmark(pair, prompts, gammas=(2,), max_new_tokens=8, repeats=1, progress=False, sampling=sampling,
+                           seed=4, cross=cross)
+    row = report.row(SPECULATIVE_CROSS, 2)
+    assert row["identical"] == NOT_APPLICABLE and 0.0 <= row["acceptance_rate"] <= 1.0
+    assert row["drafter_overhead_ms"] >= 0
+    greedy = build_methods(pair, (2,), GenerationSpec(8, 1), cross=cross, transformers=False)
+    assert type(greedy[-1].drafter) is CrossTokenizerDrafter
+
+
+def test_a_cross_pair_must_share_the_target_and_translate(cross_setup):
+    pair, cross, _ = cross_setup
+    spec = GenerationSpec(4)
+    other_target = ModelPair(copy.deepcopy(pair.target), cross.draft, cross.target_tokenizer, cross.draft_tokenizer,
+                             "embedded-cross", pair.device)
+    with pytest.raises(ConfigError, match="share the benchmark pair's target object"):
+        build_methods(pair, (2,), spec, cross=other_target)
+    same = ModelPair(pair.target, pair.draft, pair.target_tokenizer, pair.draft_tokenizer, "embedded", pair.device)
+    with pytest.raises(ConfigError, match="nothing to translate"):
+        build_methods(pair, (2,), spec, cross=same)
+    with pytest.raises(ConfigError, match="greedily only"):
+        HFAssistedCross(cross, 2, GenerationSpec(4, sampling=SamplingConfig(temperature=1.0)))
+    equal_sizes = tiny_cross_pair(pair)
+    equal_sizes.draft.resize_token_embeddings(pair.target.config.vocab_size, mean_resizing=False)
+    with pytest.raises(ConfigError, match="vocabulary \\*size\\*"):
+        HFAssistedCross(equal_sizes, 2, spec)
+
+
+@pytest.fixture
+def fake_cross_loading(fake_loading, monkeypatch):
+    """`fake_loading`, and --cross gets the tiny cross draft next to the (sharpened) tiny target."""
+    import specdec_lib.models
+
+    monkeypatch.setattr(specdec_lib.models, "load_pair", lambda preset, device=None: sharp_pair())
+    monkeypatch.setattr(bench, "load_cross_pair", lambda preset, pair: tiny_cross_pair(pair))
+
+
+def test_cli_cross_adds_the_rows_and_the_overhead_to_table_and_json(fake_cross_loading, tmp_path, capsys):
+    path = tmp_path / "cross.json"
+    argv = ["--prompts", "2", "--max-new-tokens", "6", "--gammas", "2", "--repeats", "1", "--no-progress",
+            "--cross", "--json", str(path)]
+    assert bench.main(argv) == 0
+    out = capsys.readouterr().out
+    document = json.loads(path.read_text())
+    rows = document["rows"]
+    assert [row["method"] for row in rows] == [
+        BASELINE, HF_GREEDY, SPECULATIVE, SPECULATIVE_CROSS, HF_ASSISTED, HF_ASSISTED_CROSS
+    ]
+    assert all(row["identical"] is True for row in rows)
+    assert bench.format_table(rows) in out and "ovh/rnd" in out and bench.CROSS_LEGEND in out
+    for row in rows[2:4]:
+        assert row["drafter_overhead_ms"] >= 0 and row["drafter_overhead"]["rounds"] > 0
+    cross = document["settings"]["cross"]
+    assert cross["preset"] == "embedded-cross" and cross["drafter"].startswith("CrossTokenizerDrafter")
+    assert cross["hf_assisted_cross"] is True and "propose + accept" in cross["overhead"]
+
+
+def test_cli_cross_with_sampling(fake_cross_loading, tmp_path, capsys):
+    path = tmp_path / "cross-sampling.json"
+    argv = ["--prompts", "1", "--max-new-tokens", "6", "--gammas", "2", "--repeats", "1", "--no-progress",
+            "--cross", "--temperature", "0.7", "--json", str(path)]
+    assert bench.main(argv) == 0
+    document = json.loads(path.read_text())
+    assert [row["method"] for row in document["rows"]] == [BASELINE, HF_SAMPLE, SPECULATIVE, SPECULATIVE_CROSS,
+                                                           HF_ASSISTED]
+    assert document["settings"]["cross"]["drafter"].startswith("CrossVocabularySamplingDrafter")
+    assert document["settings"]["cross"]["hf_assisted_cross"] is False
+
+
+def test_cli_cross_flag_parses_and_refuses_presets_without_a_cross_twin(capsys):
+    assert bench.build_parser().parse_args(["--cross"]).cross is True
+    assert bench.build_parser().parse_args([]).cross is False
+    with pytest.raises(SystemExit) as info:
+        bench.main(["--cross", "--preset", "embedded-cross"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "--preset embedded --cross" in err and "usage:" in err and "Traceback" not in err
+
+
+def test_load_cross_pair_shares_the_target_object(monkeypatch):
+    import specdec_lib.models
+
+    pair = tiny_pair()
+    tok_b = build_tiny_tokenizer("b")
+    loaded = []
+
+    def fake_embedded(name, device=None, dtype=None):
+        loaded.append((name, dtype))
+        return build_tiny_model(seed=2, num_layers=1, vocab_size=72), tok_b
+
+    monkeypatch.setattr(specdec_lib.models, "load_embedded", fake_embedded)
+    cross = bench.load_cross_pair("embedded", pair)
+    assert loaded == [("draft_b", torch.float32)]  # only the draft: no second target
+    assert cross.target is pair.target and cross.target_tokenizer is pair.target_tokenizer
+    assert cross.draft_tokenizer is tok_b and cross.preset == "embedded-cross"
+    with pytest.raises(ConfigError, match="has none"):
+        bench.load_cross_pair("hub-cross", pair)
