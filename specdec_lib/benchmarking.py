@@ -68,8 +68,7 @@ per round (one ``propose`` per verification round). For ``speculative-cross`` th
 the committed target ids, re-encode them for the draft with the lookbehind window, decode the draft's tokens,
 re-encode them for the target with the boundary alignment) plus the bookkeeping every drafter has (argmax, cache
 crops); for ``speculative`` it is that bookkeeping alone, so the difference of the two is the translation's cost. The forward
-intervals lie inside the propose intervals, so the overhead is never negative. (`CrossTokenizerDrafter.stats`
-is declared but not filled by the drafter, hence the wrapper.)
+intervals lie inside the propose intervals, so the overhead is never negative.
 
 **Profile** (`profile_method`): after the repeats, one more pass of our best gamma with every draft and target
 forward timed by hooks splits its time into draft forwards, target forwards (verification) and the rest (the

@@ -164,7 +164,6 @@ class CrossTokenizerDrafter(Drafter):
         self.drop_trailing_space = True
         self.max_positions = context_length(draft_model)
         self.draft_eos = draft_tokenizer.eos_token_id
-        self.stats = {"rounds": 0, "translate_time": 0.0}  # re-encoding overhead, for measurements
         self.begin(torch.zeros(1, 1, dtype=torch.long))
 
     @classmethod
