@@ -9,6 +9,8 @@ from pathlib import Path
 from .errors import ModelNotFoundError
 
 DATA_DIR_ENV_VAR = "SPECDEC_DATA_DIR"
+#: The ``data/`` folder of a clone (or editable install): beside the ``specdec_lib/`` package.
+REPO_DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 
 
 def data_dir() -> Path:
@@ -22,7 +24,7 @@ def data_dir() -> Path:
                 f"Set it to the data/ folder of a specdec clone, or unset it."
             )
         return path
-    path = Path(__file__).resolve().parent.parent / "data"  # repository root, for a clone or editable install
+    path = REPO_DATA_DIR
     if not path.is_dir():
         raise ModelNotFoundError(
             f"Cannot find specdec's data/ folder (looked in {path}). Run from a clone of the repository installed "

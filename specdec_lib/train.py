@@ -13,16 +13,17 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import os
 
 import torch
 
+from .paths import REPO_DATA_DIR
 from .training.cards import write_cards
 from .training.corpus import collect_stdlib_sources, corpus_manifest, split_files, write_manifest
-from .training.measure import encode_prompts, forward_cost, greedy_agreement
+from .training.measure import encode_prompts, forward_cost, greedy_agreement, greedy_continuations
 from .training.model_training import ModelSpec, build_model, train_model, validation_loss
 from .training.tokenizer_training import (
     EOS_TOKEN,
@@ -31,8 +32,6 @@ from .training.tokenizer_training import (
     train_tokenizer_b,
     wrap_for_transformers,
 )
-
-REPO_DATA = Path(__file__).resolve().parent.parent / "data"
 
 
 @dataclass(frozen=True)
@@ -47,7 +46,6 @@ class FamilySpec:
     max_files: int | None = None
     seed: int = 1234
     threads: int = 2
-    extra: dict = field(default_factory=dict)
 
 
 FULL = FamilySpec(
@@ -183,8 +181,9 @@ def measure_family(models_dir: Path, work_dir: Path, threads: int = 2) -> dict:
         if name != "target":
             models[name]["c"] = costs[name] / costs["target"]
     models["target"]["block_cost_ratio"] = {str(k): round(v, 3) for k, v in blocks.items()}
-    encoded = {task: encode_prompts(target_tok, texts, device) for task, texts in prompts.items()}
-    agreement = {task: greedy_agreement(target, loaded["draft"][0], ids) for task, ids in encoded.items()}
+    continuations = {task: greedy_continuations(target, encode_prompts(target_tok, texts, device))
+                     for task, texts in prompts.items()}
+    agreement = {task: greedy_agreement(loaded["draft"][0], runs) for task, runs in continuations.items()}
     measurements = {
         "machine": f"{os.cpu_count()}-core CPU",
         "torch": torch.__version__,
@@ -196,7 +195,7 @@ def measure_family(models_dir: Path, work_dir: Path, threads: int = 2) -> dict:
     if before.exists():
         draft_before, _ = load_model_folder(before, device=device)
         measurements["agreement_before_distillation"] = {
-            task: greedy_agreement(target, draft_before, ids) for task, ids in encoded.items()
+            task: greedy_agreement(draft_before, runs) for task, runs in continuations.items()
         }
     (models_dir / "measurements.json").write_text(json.dumps(measurements, indent=2) + "\n")
     write_cards(models_dir)
@@ -206,7 +205,7 @@ def measure_family(models_dir: Path, work_dir: Path, threads: int = 2) -> dict:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m specdec_lib.train", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=REPO_DATA / "models", help="where the models go (default: data/models)")
+    parser.add_argument("--out", type=Path, default=REPO_DATA_DIR / "models", help="where the models go (default: data/models)")
     parser.add_argument("--work", type=Path, default=Path("runs"), help="intermediate checkpoints (not committed)")
     parser.add_argument("--quick", action="store_true", help="tiny models on a corpus slice (seconds; for tests)")
     parser.add_argument("--measure", action="store_true", help="only re-measure the saved models and rewrite the cards")

@@ -7,7 +7,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from specdec_lib.train import QUICK, train_family
 from specdec_lib.training.corpus import SourceFile, split_files
-from specdec_lib.training.measure import forward_cost, greedy_agreement
+from specdec_lib.training.measure import forward_cost, greedy_agreement, greedy_continuations
 from specdec_lib.training.tokenizer_training import train_tokenizer_a, train_tokenizer_b
 
 TRICKY_TEXT = "x = 'héllo ✓ 日本'\n    def   f(a,\tb):\n\t\treturn a  +  b  \n\n\n# ▁done\r\n"
@@ -66,6 +66,7 @@ def test_measurements_run_on_saved_models(quick_family):
     draft = AutoModelForCausalLM.from_pretrained(out / "draft", dtype=torch.float32).eval()
     ids = torch.tensor([[1, 2, 3, 4, 5, 6, 7, 8]])
     assert forward_cost(target, ids, block=2, repeats=3) > 0
-    result = greedy_agreement(target, target, [ids], new_tokens=8)  # a model always agrees with itself
+    continuations = greedy_continuations(target, [ids], new_tokens=8)
+    result = greedy_agreement(target, continuations)  # a model always agrees with itself
     assert result["alpha"] == 1.0 and result["positions"] == 8
-    assert 0.0 <= greedy_agreement(target, draft, [ids], new_tokens=8)["alpha"] <= 1.0
+    assert 0.0 <= greedy_agreement(draft, continuations)["alpha"] <= 1.0

@@ -24,6 +24,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ..baseline import autoregressive_generate
 from ..modeling import crop_cache, forward_with_cache, new_cache
+from ..trace import GenerationResult
 
 
 @torch.inference_mode()
@@ -47,22 +48,26 @@ def forward_cost(model: PreTrainedModel, context_ids: torch.Tensor, block: int =
     return statistics.median(times)
 
 
+def greedy_continuations(target: PreTrainedModel, prompts: list[torch.Tensor], new_tokens: int = 48) -> list[GenerationResult]:
+    """The target's own greedy continuation of each prompt [1, T]: what every draft is compared against.
+
+    Computed once and shared by every draft being measured (the target is the expensive model)."""
+    return [autoregressive_generate(target, prompt, max_new_tokens=new_tokens) for prompt in prompts]
+
+
 @torch.inference_mode()
-def greedy_agreement(
-    target: PreTrainedModel, draft: PreTrainedModel, prompts: list[torch.Tensor], new_tokens: int = 48
-) -> dict:
+def greedy_agreement(draft: PreTrainedModel, continuations: list[GenerationResult]) -> dict:
     """α: share of the target's greedy next tokens that the draft's argmax matches.
 
-    For each prompt [1, T] the target generates ``new_tokens`` greedily; the draft then reads
-    prompt + continuation in one forward, and at every continuation position its argmax is
-    compared with the token the target chose there. Returns ``{"alpha", "per_prompt", "positions",
-    "distinct_4gram_share"}``.
+    ``continuations`` come from `greedy_continuations`; the draft reads each prompt + continuation in one
+    forward, and at every continuation position its argmax is compared with the token the target chose there.
+    Returns ``{"alpha", "per_prompt", "positions", "distinct_4gram_share"}`` (the last describes the target's
+    continuations: 1.0 means they never repeat a 4-gram).
     """
     matches = positions = 0
     per_prompt = []
     four_grams_distinct = four_grams_total = 0
-    for prompt in prompts:
-        result = autoregressive_generate(target, prompt, max_new_tokens=new_tokens)
+    for result in continuations:
         sequence, start = result.sequence, result.prompt_length
         draft_logits = forward_with_cache(draft, sequence[:, :-1], None)[0]  # [T + N - 1, V]
         draft_choice = draft_logits[start - 1 :].argmax(-1)  # [N]: the draft's guess for each new token
