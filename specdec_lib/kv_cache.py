@@ -19,6 +19,7 @@ from transformers import PreTrainedModel
 from transformers.cache_utils import Cache, DynamicLayer
 
 from .errors import ConfigError, ContextOverflowError
+from .modeling import context_length
 
 
 class PreallocatedLayer(DynamicLayer):
@@ -32,7 +33,7 @@ class PreallocatedLayer(DynamicLayer):
     is_croppable = True
     is_compileable = False
 
-    def __init__(self, max_len: int, **kwargs) -> None:
+    def __init__(self, max_len: int) -> None:
         super().__init__()
         if max_len < 1:
             raise ConfigError(f"A pre-allocated cache needs max_len >= 1 positions, got {max_len}.")
@@ -85,9 +86,12 @@ class PreallocatedLayer(DynamicLayer):
         return self.max_len
 
     def crop(self, tokens_to_remove: int) -> None:
-        """Rollback: move the pointer back ``abs(tokens_to_remove)`` tokens (negative count, like DynamicLayer)."""
+        """Rollback: move the pointer back ``-tokens_to_remove`` tokens (a negative count, the form `crop_cache` uses)."""
         if tokens_to_remove > 0:
-            tokens_to_remove = -(self.length - tokens_to_remove)  # legacy "crop to this length" form
+            raise ConfigError(
+                f"PreallocatedLayer.crop takes a negative count of tokens to remove, got {tokens_to_remove}. "
+                "Roll back with specdec_lib.modeling.crop_cache(cache, length)."
+            )
         self.length = max(self.length - abs(tokens_to_remove), 0)
         if self.is_initialized:
             self._refresh_views()
@@ -113,7 +117,6 @@ class PreallocatedCache(Cache):
 
     def __init__(self, num_layers: int, max_len: int) -> None:
         super().__init__(layers=[PreallocatedLayer(max_len) for _ in range(num_layers)])
-        self.max_len = max_len
 
     @classmethod
     def for_model(cls, model: PreTrainedModel, max_len: int | None = None) -> "PreallocatedCache":
@@ -142,10 +145,5 @@ def kv_shape(model: PreTrainedModel) -> dict[str, int]:
     heads = config.num_attention_heads
     kv_heads = getattr(config, "num_key_value_heads", None) or heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
-    context = getattr(config, "max_position_embeddings", None)
-    if context is None:
-        raise ConfigError(
-            f"{type(model).__name__}'s config has no max_position_embeddings, so a cache for its whole context "
-            "cannot be sized. Pass max_len= explicitly."
-        )
-    return {"layers": config.num_hidden_layers, "kv_heads": kv_heads, "head_dim": head_dim, "context": int(context)}
+    return {"layers": config.num_hidden_layers, "kv_heads": kv_heads, "head_dim": head_dim,
+            "context": context_length(model)}

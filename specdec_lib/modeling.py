@@ -96,7 +96,7 @@ def new_cache(model: PreTrainedModel, kind: str = "dynamic") -> Cache:
     moves a length pointer. Both give the same logits through `forward_with_cache`.
     """
     if kind == "preallocated":
-        from .kv_cache import PreallocatedCache  # local import: kv_cache imports errors only, but keep modeling light
+        from .kv_cache import PreallocatedCache  # local import: kv_cache imports this module
 
         return PreallocatedCache.for_model(model)
     if kind != "dynamic":
