@@ -20,14 +20,14 @@ import sys
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence, TextIO
 
+from .paths import EMBEDDED_MODEL_NAMES
+
 # Keep in sync with pyproject.toml (tests/test_packaging.py checks it).
 MIN_PYTHON = (3, 10)
 MIN_TORCH = (2, 2)
 TRANSFORMERS_RANGE = ((5, 17), (6,))  # >=5.17,<6
 TRANSFORMERS_SPEC = ">=5.17,<6"
 
-# The embedded model family that the course runs on, offline.
-EMBEDDED_MODELS = ("target", "draft", "draft_b")
 
 # (module, extra that provides it) for the course and its tests.
 COURSE_MODULES = (
@@ -222,7 +222,7 @@ def default_checks() -> list[Callable[[], CheckResult]]:
         check_transformers,
         check_course_tools,
         check_device,
-        *(_model_check(name) for name in EMBEDDED_MODELS),
+        *(_model_check(name) for name in EMBEDDED_MODEL_NAMES),
     ]
 
 

@@ -9,6 +9,8 @@ from pathlib import Path
 from .errors import ModelNotFoundError
 
 DATA_DIR_ENV_VAR = "SPECDEC_DATA_DIR"
+#: The embedded model family in ``data/models/<name>/`` (trained by ``python -m specdec_lib.train``).
+EMBEDDED_MODEL_NAMES = ("target", "draft", "draft_b")
 #: The ``data/`` folder of a clone (or editable install): beside the ``specdec_lib/`` package.
 REPO_DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 

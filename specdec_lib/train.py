@@ -20,13 +20,12 @@ import os
 
 import torch
 
-from .paths import REPO_DATA_DIR
+from .paths import EMBEDDED_MODEL_NAMES, REPO_DATA_DIR
 from .training.cards import write_cards
 from .training.corpus import collect_stdlib_sources, corpus_manifest, split_files, write_manifest
 from .training.measure import encode_prompts, forward_cost, greedy_agreement, greedy_continuations
 from .training.model_training import ModelSpec, build_model, train_model, validation_loss
 from .training.tokenizer_training import (
-    EOS_TOKEN,
     save_tokenizer,
     train_tokenizer_a,
     train_tokenizer_b,
@@ -74,7 +73,7 @@ QUICK = FamilySpec(
 
 def _tokenize(tokenizer, texts: list[str]) -> torch.Tensor:
     """Concatenate the files' token ids with EOS between them: a 1-D int32 tensor."""
-    eos = tokenizer.convert_tokens_to_ids(EOS_TOKEN)
+    eos = tokenizer.eos_token_id
     ids: list[int] = []
     for encoding in tokenizer.backend_tokenizer.encode_batch(texts, add_special_tokens=False):
         ids.extend(encoding.ids)
@@ -83,7 +82,10 @@ def _tokenize(tokenizer, texts: list[str]) -> torch.Tensor:
 
 
 def _save(model, tokenizer, folder: Path) -> None:
-    """Weights in fp16 on disk (half the bytes; reloaded as fp32 they give the same greedy text)."""
+    """Weights in fp16 on disk (half the bytes; reloaded as fp32 they give the same greedy text).
+
+    The model stays in memory with the fp16-rounded weights, so later stages (distillation from the target,
+    validation) use exactly the weights that ship."""
     folder.mkdir(parents=True, exist_ok=True)
     model.to(torch.float16).save_pretrained(folder)
     model.to(torch.float32)
@@ -91,7 +93,8 @@ def _save(model, tokenizer, folder: Path) -> None:
 
 
 def train_family(spec: FamilySpec, out_dir: Path, work_dir: Path) -> dict:
-    """Run every stage; models go to ``out_dir/<name>``, logs and intermediate checkpoints to ``work_dir``."""
+    """Run every stage; models, the corpus manifest, the training report and log go to ``out_dir``, the
+    draft's checkpoint from before distillation (for measuring distillation both ways) to ``work_dir``."""
     torch.set_num_threads(spec.threads)
     started = time.perf_counter()
     log: list[dict] = []
@@ -112,7 +115,7 @@ def train_family(spec: FamilySpec, out_dir: Path, work_dir: Path) -> dict:
           f"B train {data['b'][0].numel():,} val {data['b'][1].numel():,}", flush=True)
 
     summaries = {}
-    eos_a, eos_b = tok_a.convert_tokens_to_ids(EOS_TOKEN), tok_b.convert_tokens_to_ids(EOS_TOKEN)
+    eos_a, eos_b = tok_a.eos_token_id, tok_b.eos_token_id
     target = build_model(spec.target, len(tok_a), eos_a, spec.seed)
     summaries["target"] = train_model(target, spec.target, data["a"][0], seed=spec.seed, name="target", log=log)
     _save(target, tok_a, out_dir / "target")
@@ -150,7 +153,6 @@ def train_family(spec: FamilySpec, out_dir: Path, work_dir: Path) -> dict:
         "validation_tokens": {"a": data["a"][1].numel(), "b": data["b"][1].numel()},
         "validation_bytes": val_bytes,
     }
-    work_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "training_report.json").write_text(json.dumps(report, indent=2) + "\n")
     (out_dir / "training_log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in log))
     print(json.dumps(report["validation_loss_nats_per_token"], indent=2), flush=True)
@@ -168,7 +170,7 @@ def measure_family(models_dir: Path, work_dir: Path, threads: int = 2) -> dict:
 
     torch.set_num_threads(threads)
     device = torch.device("cpu")
-    loaded = {name: load_model_folder(models_dir / name, device=device) for name in ("target", "draft", "draft_b")}
+    loaded = {name: load_model_folder(models_dir / name, device=device) for name in EMBEDDED_MODEL_NAMES}
     target, target_tok = loaded["target"]
     prompts = {task: [p.prompt for p in load_prompts(task)] for task in TASKS}
     context_a = encode_prompts(target_tok, [prompts["code"][0]], device)[0][:, :64]

@@ -157,13 +157,18 @@ def test_bad_limit(data_dir: Path, limit: object) -> None:
         load_prompts("code", limit=limit)  # type: ignore[arg-type]
 
 
+def _load_error(task: str) -> str:
+    """The message of the ValueError that loading ``task`` raises."""
+    with pytest.raises(ValueError) as info:
+        load_prompts(task)
+    return str(info.value)
+
+
 def test_missing_key(data_dir: Path) -> None:
     bad = _record("code", 2)
     del bad["note"]
     path = _write(data_dir, "code", [_record("code", 1), bad])
-    with pytest.raises(ValueError) as info:
-        load_prompts("code")
-    msg = str(info.value)
+    msg = _load_error("code")
     assert f"{path}:2" in msg
     assert "missing key(s) note" in msg
     assert "id, task, prompt, note" in msg
@@ -178,9 +183,7 @@ def test_unknown_key(data_dir: Path) -> None:
 
 def test_duplicate_id_within_file(data_dir: Path) -> None:
     path = _write(data_dir, "code", [_record("code", 1), _record("code", 2), _record("code", 1)])
-    with pytest.raises(ValueError) as info:
-        load_prompts("code")
-    msg = str(info.value)
+    msg = _load_error("code")
     assert f"{path}:3" in msg
     assert "duplicate id 'code-001'" in msg
     assert f"{path}:1" in msg  # where it was first used
@@ -188,9 +191,7 @@ def test_duplicate_id_within_file(data_dir: Path) -> None:
 
 def test_wrong_task_field(data_dir: Path) -> None:
     path = _write(data_dir, "grounded", [_record("grounded", 1), _record("grounded", 2, task="code")])
-    with pytest.raises(ValueError) as info:
-        load_prompts("grounded")
-    msg = str(info.value)
+    msg = _load_error("grounded")
     assert f"{path}:2" in msg
     assert "task is 'code' but the file is grounded.jsonl" in msg
 
@@ -204,9 +205,7 @@ def test_id_must_carry_task_prefix(data_dir: Path) -> None:
 @pytest.mark.parametrize("text", ["", "   \n  "])
 def test_empty_prompt(data_dir: Path, text: str) -> None:
     path = _write(data_dir, "code", [_record("code", 1, prompt=text)])
-    with pytest.raises(ValueError) as info:
-        load_prompts("code")
-    msg = str(info.value)
+    msg = _load_error("code")
     assert f"{path}:1" in msg
     assert "prompt of 'code-001' is empty" in msg
 

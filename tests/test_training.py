@@ -5,6 +5,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from specdec_lib.models import load_model_folder
 from specdec_lib.train import QUICK, train_family
 from specdec_lib.training.corpus import SourceFile, split_files
 from specdec_lib.training.measure import forward_cost, greedy_agreement, greedy_continuations
@@ -62,8 +63,8 @@ def test_validation_split_is_by_path_and_never_empty():
 
 def test_measurements_run_on_saved_models(quick_family):
     out, _ = quick_family
-    target = AutoModelForCausalLM.from_pretrained(out / "target", dtype=torch.float32).eval()
-    draft = AutoModelForCausalLM.from_pretrained(out / "draft", dtype=torch.float32).eval()
+    target, _ = load_model_folder(out / "target", device="cpu")
+    draft, _ = load_model_folder(out / "draft", device="cpu")
     ids = torch.tensor([[1, 2, 3, 4, 5, 6, 7, 8]])
     assert forward_cost(target, ids, block=2, repeats=3) > 0
     continuations = greedy_continuations(target, [ids], new_tokens=8)

@@ -23,6 +23,7 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ..baseline import autoregressive_generate
+from ..devices import synchronize
 from ..modeling import crop_cache, forward_with_cache, new_cache
 from ..trace import GenerationResult
 
@@ -39,8 +40,10 @@ def forward_cost(model: PreTrainedModel, context_ids: torch.Tensor, block: int =
     new = context_ids[:, -block:].clone()  # any valid tokens: cost does not depend on their values
     times = []
     for i in range(repeats + 5):
+        synchronize(model.device)
         start = time.perf_counter()
         forward_with_cache(model, new, cache, logits_to_keep=block)
+        synchronize(model.device)
         elapsed = time.perf_counter() - start
         crop_cache(cache, length)
         if i >= 5:  # the first calls warm up allocators and kernels

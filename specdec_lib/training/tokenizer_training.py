@@ -20,11 +20,12 @@ from pathlib import Path
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
+from ..vocab import SPACE_MARKER
+
 EOS_TOKEN = "<|endoftext|>"
-SPACE_MARKER_B = "\u2581"  # "▁"
 #: Pieces of tokenizer B: a word with an optional leading space marker, a run of markers
 #: (indentation), a run of newlines, or a run of punctuation.
-_PIECES_B = Regex(rf"{SPACE_MARKER_B}?[A-Za-z_0-9]+|{SPACE_MARKER_B}+|\n+|[^\sA-Za-z_0-9{SPACE_MARKER_B}]+|\s")
+_PIECES_B = Regex(rf"{SPACE_MARKER}?[A-Za-z_0-9]+|{SPACE_MARKER}+|\n+|[^\sA-Za-z_0-9{SPACE_MARKER}]+|\s")
 
 
 def train_tokenizer_a(texts: Iterable[str], vocab_size: int) -> Tokenizer:
@@ -45,7 +46,7 @@ def train_tokenizer_a(texts: Iterable[str], vocab_size: int) -> Tokenizer:
 def train_tokenizer_b(texts: Iterable[str], vocab_size: int) -> Tokenizer:
     """Marker-``▁`` BPE with byte fallback; ``vocab_size`` learned tokens + 256 byte tokens."""
     tok = Tokenizer(models.BPE())
-    tok.normalizer = normalizers.Replace(" ", SPACE_MARKER_B)
+    tok.normalizer = normalizers.Replace(" ", SPACE_MARKER)
     tok.pre_tokenizer = pre_tokenizers.Split(_PIECES_B, behavior="isolated")
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[EOS_TOKEN], show_progress=False)
     tok.train_from_iterator(texts, trainer=trainer)
@@ -58,7 +59,7 @@ def train_tokenizer_b(texts: Iterable[str], vocab_size: int) -> Tokenizer:
     spec["model"]["byte_fallback"] = True
     tok = Tokenizer.from_str(json.dumps(spec))
     tok.decoder = decoders.Sequence(
-        [decoders.Replace(SPACE_MARKER_B, " "), decoders.ByteFallback(), decoders.Fuse()]
+        [decoders.Replace(SPACE_MARKER, " "), decoders.ByteFallback(), decoders.Fuse()]
     )
     return tok
 
