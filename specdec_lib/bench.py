@@ -288,7 +288,7 @@ def load_cross_pair(preset: str, pair):
     """The ``--cross`` pair: ``pair``'s target object (not a second copy) with the draft of
     ``CROSS_PRESETS[preset]``, which is on another tokenizer. ConfigError for a preset without a cross twin."""
     from .errors import ConfigError
-    from .models import PRESETS, ModelPair, _load_from_hub, load_embedded
+    from .models import PRESETS, ModelPair, load_preset_model
 
     if preset not in CROSS_PRESETS:
         raise ConfigError(cross_refusal(preset))
@@ -296,11 +296,7 @@ def load_cross_pair(preset: str, pair):
     spec = PRESETS[name]
     if spec.target != PRESETS[preset].target:  # pragma: no cover (a mistake in CROSS_PRESETS)
         raise ConfigError(f"{name!r} and {preset!r} do not share a target.")
-    dtype = pair.target.dtype
-    if spec.source == "embedded":
-        draft, tokenizer = load_embedded(spec.draft, device=pair.device, dtype=dtype)
-    else:
-        draft, tokenizer = _load_from_hub(name, spec.draft, pair.device, dtype)
+    draft, tokenizer = load_preset_model(name, spec.draft, pair.device, pair.target.dtype)
     return ModelPair(pair.target, draft, pair.target_tokenizer, tokenizer, name, pair.device)
 
 
@@ -327,7 +323,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.cross and args.preset not in CROSS_PRESETS:
         parser.error(cross_refusal(args.preset))
 
-    from .benchmarking import resolve_eos, run_benchmark
+    from .benchmarking import HF_ASSISTED_CROSS, resolve_eos, run_benchmark
     from .devices import get_device
     from .errors import ContextOverflowError, SpecdecError
     from .models import load_pair
@@ -401,7 +397,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "draft_vocab_size": cross.draft.config.get_text_config().vocab_size,
             "drafter": "CrossTokenizerDrafter(lookbehind=8)" if sampling.is_greedy
             else "CrossVocabularySamplingDrafter(lookbehind=8) (vocabulary intersection, exact verification)",
-            "hf_assisted_cross": (not args.no_transformers) and sampling.is_greedy,
+            "hf_assisted_cross": any(row["method"] == HF_ASSISTED_CROSS for row in report.rows),
             "overhead": "drafter_overhead: one extra pass (pass repeats + 2) per speculative row; "
             "(propose + accept timed around the drafter's public calls) - (draft forwards timed by hooks), per round",
         },

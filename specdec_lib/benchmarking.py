@@ -84,7 +84,7 @@ import statistics
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from transformers import PreTrainedModel
@@ -360,9 +360,13 @@ class HFAssisted(Method):
             _swapped_generation_config(self.draft, self._draft_config),
         ):
             output = self.target.generate(
-                input_ids, assistant_model=self.draft, **_hf_generate_kwargs(input_ids, self.spec)
+                input_ids, assistant_model=self.draft, **self._extra_kwargs(), **_hf_generate_kwargs(input_ids, self.spec)
             )
         return output[0, input_ids.shape[1] :].tolist(), None
+
+    def _extra_kwargs(self) -> dict:
+        """More ``generate`` arguments for subclasses (the tokenizers, for universal assisted decoding)."""
+        return {}
 
 
 class HFAssistedCross(HFAssisted):
@@ -393,20 +397,8 @@ class HFAssistedCross(HFAssisted):
         super().__init__(cross.target, cross.draft, gamma, spec)
         self.target_tokenizer, self.draft_tokenizer = cross.target_tokenizer, cross.draft_tokenizer
 
-    def generate(self, input_ids: torch.Tensor, seed: int | None = None) -> tuple[list[int], GenerationResult | None]:
-        input_ids = input_ids.to(self.target.device)
-        with (
-            _swapped_generation_config(self.target, self._target_config),
-            _swapped_generation_config(self.draft, self._draft_config),
-        ):
-            output = self.target.generate(
-                input_ids,
-                assistant_model=self.draft,
-                tokenizer=self.target_tokenizer,
-                assistant_tokenizer=self.draft_tokenizer,
-                **_hf_generate_kwargs(input_ids, self.spec),
-            )
-        return output[0, input_ids.shape[1] :].tolist(), None
+    def _extra_kwargs(self) -> dict:
+        return {"tokenizer": self.target_tokenizer, "assistant_tokenizer": self.draft_tokenizer}
 
 
 def check_cross_pair(pair: ModelPair, cross: ModelPair) -> None:
@@ -512,12 +504,10 @@ class Measurements:
     """Everything `measure` recorded; `build_report` turns it into rows."""
 
     methods: list[Method]
-    prompt_lengths: list[int]
     reference: list[list[int]]  # [prompt] the baseline's tokens in the warm-up pass
     warmup: dict[str, list[Run]]  # key -> [prompt]
     timed: dict[str, list[list[Run]]]  # key -> [repeat][prompt]
     forward_counts: dict[str, dict[str, int]]  # key -> {"target": n, "draft": n} over the warm-up pass
-    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     sampling: SamplingConfig = GREEDY  # greedy: `identical` is checked; sampling: it is `NOT_APPLICABLE`
     seeds: list[list[int]] | None = None  # [pass][prompt] (pass 0: warm-up, r + 1: repeat r); None: unseeded
 
@@ -603,12 +593,10 @@ def measure(
         bar.close()
     return Measurements(
         methods=methods,
-        prompt_lengths=[int(p.shape[1]) for p in prompts],
         reference=[run.tokens for run in warmup[keys[0]]],
         warmup=warmup,
         timed=timed,
         forward_counts=forward_counts,
-        device=device,
         sampling=sampling,
         seeds=seeds,
     )
@@ -736,8 +724,6 @@ def build_report(measurements: Measurements) -> Report:
             numbers = _trace_numbers(timed[0])
         else:
             numbers = _count_numbers(warm, measurements.forward_counts[method.key], method)
-        if method.gamma is None:
-            numbers["acceptance_rate"] = None
         alpha = _alpha(numbers["tokens_per_verification_round"], method.gamma) if method.counts_acceptance else None
 
         c = predicted = None

@@ -58,7 +58,8 @@ def cache_bytes(cache) -> CacheBytes:
         for name in ("key_storage", "value_storage"):  # pre-allocated layers: the buffers themselves
             tensor = getattr(layer, name, None)
             if isinstance(tensor, torch.Tensor):
-                storages[tensor.untyped_storage().data_ptr()] = tensor.untyped_storage().nbytes()
+                storage = tensor.untyped_storage()
+                storages[storage.data_ptr()] = storage.nbytes()
     for tensor in _kv_tensors(cache):
         in_use += tensor.numel() * tensor.element_size()
         if tensor.numel():
@@ -132,8 +133,9 @@ def memory_report(target: PreTrainedModel, draft: PreTrainedModel, tokens: int |
 
 def format_bytes(count: float) -> str:
     """``1536`` -> ``'1.5 KiB'`` (binary units)."""
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(count) < 1024 or unit == "GiB":
-            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+    if abs(count) < 1024:
+        return f"{count:.0f} B"
+    for unit in ("KiB", "MiB", "GiB"):
         count /= 1024
-    return f"{count:.1f} GiB"
+        if abs(count) < 1024 or unit == "GiB":
+            return f"{count:.1f} {unit}"

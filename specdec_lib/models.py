@@ -86,7 +86,7 @@ class ModelPair:
         Compared on ``get_vocab()`` (token string -> id), never on vocabulary size: two tokenizers of the same
         size can split text differently, and one tokenizer can sit under embeddings padded to different sizes.
         """
-        return compare_vocabularies(self.target_tokenizer, self.draft_tokenizer).compatible
+        return compare_vocabularies(self.target_tokenizer, self.draft_tokenizer, normalized=False).compatible
 
 
 def list_presets() -> dict[str, str]:
@@ -175,6 +175,15 @@ def _load_from_hub(
         ) from error
 
 
+def load_preset_model(
+    preset: str, name: str, device: torch.device, dtype: torch.dtype
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """One model of ``preset`` (``name``: an embedded model name or a hub repo id, as in `PRESETS`)."""
+    if PRESETS[preset].source == "embedded":
+        return load_embedded(name, device=device, dtype=dtype)
+    return _load_from_hub(preset, name, device, dtype)
+
+
 def load_pair(
     preset: str = "embedded", *, device: torch.device | str | None = None, dtype: torch.dtype | None = None
 ) -> ModelPair:
@@ -188,10 +197,6 @@ def load_pair(
     spec = PRESETS[preset]
     resolved = get_device(device)
     dtype = torch.float32 if dtype is None else dtype
-    if spec.source == "embedded":
-        target, target_tokenizer = load_embedded(spec.target, device=resolved, dtype=dtype)
-        draft, draft_tokenizer = load_embedded(spec.draft, device=resolved, dtype=dtype)
-    else:
-        target, target_tokenizer = _load_from_hub(preset, spec.target, resolved, dtype)
-        draft, draft_tokenizer = _load_from_hub(preset, spec.draft, resolved, dtype)
+    target, target_tokenizer = load_preset_model(preset, spec.target, resolved, dtype)
+    draft, draft_tokenizer = load_preset_model(preset, spec.draft, resolved, dtype)
     return ModelPair(target, draft, target_tokenizer, draft_tokenizer, preset, resolved)

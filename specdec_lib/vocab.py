@@ -62,8 +62,10 @@ def _vocab_of(tokenizer: object) -> Mapping[str, int]:
     return tokenizer.get_vocab()
 
 
-def compare_vocabularies(tok_a: object, tok_b: object) -> VocabReport:
-    """Compare two tokenizers (or ``{token string: id}`` dicts) by their token strings; see `VocabReport`."""
+def compare_vocabularies(tok_a: object, tok_b: object, *, normalized: bool = True) -> VocabReport:
+    """Compare two tokenizers (or ``{token string: id}`` dicts) by their token strings; see `VocabReport`.
+
+    ``normalized=False`` skips the (costlier) byte-normalised overlap, for callers that only need the kind."""
     vocab_a, vocab_b = _vocab_of(tok_a), _vocab_of(tok_b)
     shared = vocab_a.keys() & vocab_b.keys()
     same_ids = sum(1 for token in shared if vocab_a[token] == vocab_b[token])
@@ -77,13 +79,15 @@ def compare_vocabularies(tok_a: object, tok_b: object) -> VocabReport:
         kind = "different" if clash else "padded"
     else:
         kind = "different"
-    try:
-        normalized = len(_pair_by_bytes(tok_a, tok_b))
-    except ConfigError:  # plain dicts without a known spelling scheme: strings only
-        normalized = None
+    normalized_overlap = None
+    if normalized:
+        try:
+            normalized_overlap = len(_pair_by_bytes(tok_a, tok_b))
+        except ConfigError:  # plain dicts without a known spelling scheme: strings only
+            pass
     return VocabReport(
         kind=kind, size_a=len(vocab_a), size_b=len(vocab_b), overlap=len(shared), same_ids=same_ids,
-        normalized_overlap=normalized,
+        normalized_overlap=normalized_overlap,
     )
 
 
@@ -191,7 +195,7 @@ def vocabulary_intersection(target_tokenizer: object, draft_tokenizer: object) -
 
 def require_same_tokenizer(target_tokenizer: object, draft_tokenizer: object) -> VocabReport:
     """Return the `VocabReport` of a pair whose ids can be shared, or raise `ConfigError` pointing to the fix."""
-    report = compare_vocabularies(target_tokenizer, draft_tokenizer)
+    report = compare_vocabularies(target_tokenizer, draft_tokenizer, normalized=False)
     if not report.compatible:
         raise ConfigError(
             "The target and draft tokenizers are different (compared by token strings: "

@@ -227,7 +227,6 @@ def test_report_numbers_follow_from_hand_made_runs():
     our_rounds = [RoundRecord(0, 0, 1, 0.0, 0.3, 0), RoundRecord(2, 2, 3, 0.2, 0.4, 2)]
     measurements = Measurements(
         methods=[base, ours],
-        prompt_lengths=[1],
         reference=[tokens],
         warmup={base.key: [Run(tokens, 9.0)], ours.key: [Run(tokens, 9.0)]},
         timed={

@@ -125,7 +125,7 @@ class _DraftContext:
             cut_char = self.spans[cut][0] if cut < len(self.ids) else len(self.text)
         ids, spans = encode(self.tokenizer, text[cut_char:])
         if spans is None:
-            ids, spans = encode(self.tokenizer, text)[0], None
+            ids = encode(self.tokenizer, text)[0]
             self.ids, self.spans, self.text = ids, [(0, len(text))] * len(ids), text
             return self.ids
         self.ids = self.ids[:cut] + ids
@@ -161,7 +161,6 @@ class CrossTokenizerDrafter(Drafter):
             raise ConfigError(f"lookbehind must be an integer >= 1 (tokens re-encoded at a boundary), got {lookbehind!r}.")
         self.model, self.draft_tokenizer, self.target_tokenizer = draft_model, draft_tokenizer, target_tokenizer
         self.lookbehind = lookbehind
-        self.drop_trailing_space = True
         self.max_positions = context_length(draft_model)
         self.draft_eos = draft_tokenizer.eos_token_id
         self.begin(torch.zeros(1, 1, dtype=torch.long))
@@ -189,6 +188,10 @@ class CrossTokenizerDrafter(Drafter):
         limit = min(len(self._cached), len(context) - 1)
         while keep < limit and self._cached[keep] == context[keep]:
             keep += 1
+        self._crop_to(keep)
+
+    def _crop_to(self, keep: int) -> None:
+        """Roll the draft cache back to its first ``keep`` ids."""
         if keep < cache_length(self._cache):
             crop_cache(self._cache, keep)
         self._cached = self._cached[:keep]
@@ -219,15 +222,15 @@ class CrossTokenizerDrafter(Drafter):
 
     # ------------------------------------------------------------------ translation
 
-    def _target_window(self, ids: list[int], text: str) -> tuple[str, int]:
-        """The text of the last ~lookbehind target ids, starting at a character boundary, and where it starts."""
+    def _target_window(self, ids: list[int], text: str) -> str:
+        """The text of the last ~lookbehind target ids, starting at a character boundary."""
         start = max(0, len(ids) - self.lookbehind)
         while start > 0:
             window = decode(self.target_tokenizer, ids[start:])
             if text.endswith(window) and not window.startswith(REPLACEMENT):
-                return window, start
+                return window
             start -= 1
-        return text, 0
+        return text
 
     def draft_text(self, context: list[int], drafted: list[int]) -> tuple[str, list[int]]:
         """Text of ``drafted`` (decoded after a few context ids, so leading spaces survive any decoder), cut before
@@ -261,15 +264,16 @@ class CrossTokenizerDrafter(Drafter):
                 return Draft.empty(self.model.device)
             drafted, forwards = self._draft_greedy(context, k)
             words, draft_ends = self.draft_text(context, drafted)
-            window, _ = self._target_window(ids, text)
+            window = self._target_window(ids, text)
             proposal, target_ends = continuation_ids(self.target_tokenizer, window, words)
-            if len(proposal) <= k and proposal and self.drop_trailing_space and words[target_ends[-2] if len(proposal) > 1 else 0 :].isspace():
+            last_token_text = words[target_ends[-2] if len(proposal) > 1 else 0 :] if proposal else ""
+            if len(proposal) <= k and last_token_text.isspace():
                 # the draft text ends in whitespace: in code it is usually followed by more (indentation), which
                 # the target tokenizer merges into one token ("\n" + 8 spaces); the partial one would be rejected
                 proposal, target_ends = proposal[:-1], target_ends[:-1]
             proposal, target_ends = proposal[:k], target_ends[:k]
-            self._last = {"length": len(ids), "context": len(context), "drafted": drafted,
-                          "draft_ends": draft_ends, "target_ends": target_ends}
+            self._last = {"length": len(ids), "context": len(context), "draft_ends": draft_ends,
+                          "target_ends": target_ends}
             tokens = torch.tensor(proposal, dtype=torch.long, device=self.model.device)
             return Draft(tokens=tokens, probs=None, forwards=forwards)
 
@@ -282,9 +286,7 @@ class CrossTokenizerDrafter(Drafter):
         accepted_chars = last["target_ends"][accepted - 1] if accepted else 0
         kept = sum(1 for end in last["draft_ends"] if end <= accepted_chars)
         keep = min(last["context"] + kept, len(self._cached))
-        if keep < cache_length(self._cache):
-            crop_cache(self._cache, keep)
-        self._cached = self._cached[:keep]
+        self._crop_to(keep)
 
 
 class CrossVocabularySamplingDrafter(CrossTokenizerDrafter):
@@ -325,6 +327,10 @@ class CrossVocabularySamplingDrafter(CrossTokenizerDrafter):
         self._draft_mask = torch.full((draft_rows,), float("-inf"))  # 0 on the intersection, -inf elsewhere
         self._draft_mask[self.draft_ids] = 0.0
         self._to_draft = {int(t): int(d) for t, d in zip(self.target_ids, self.draft_ids)}
+        # the same on the draft model's device, copied once rather than for every drafted token
+        device = draft_model.device
+        self._device_mask = self._draft_mask.to(device)
+        self._device_target_ids, self._device_draft_ids = self.target_ids.to(device), self.draft_ids.to(device)
 
     @classmethod
     def for_pair(cls, pair: ModelPair, **options) -> "CrossVocabularySamplingDrafter":
@@ -337,10 +343,10 @@ class CrossVocabularySamplingDrafter(CrossTokenizerDrafter):
 
     def target_distribution(self, draft_logits: torch.Tensor, sampling: SamplingConfig) -> torch.Tensor:
         """``FloatTensor[V_target]``: the processed draft distribution restricted to the intersection, in target ids."""
-        masked = draft_logits.float() + self._draft_mask.to(draft_logits.device)
+        masked = draft_logits.float() + self._device_mask
         q = logits_to_probs(masked, sampling)  # [V_draft], zero outside the intersection
         q_target = torch.zeros(self.target_vocab_size, device=draft_logits.device)
-        q_target[self.target_ids.to(q.device)] = q[self.draft_ids.to(q.device)]
+        q_target[self._device_target_ids] = q[self._device_draft_ids]
         return q_target
 
     def propose(
@@ -374,6 +380,4 @@ class CrossVocabularySamplingDrafter(CrossTokenizerDrafter):
             return
         accepted = max(0, sequence_length - 1 - last["length"])
         keep = min(last["context"] + accepted, len(self._cached))
-        if keep < cache_length(self._cache):
-            crop_cache(self._cache, keep)
-        self._cached = self._cached[:keep]
+        self._crop_to(keep)
