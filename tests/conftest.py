@@ -4,6 +4,7 @@ Tests exercise the library's logic (caches, positions, sampling, loading), which
 weights being trained, so tiny random models (vocab 64, 2 layers, hidden 32) stand in for real ones.
 """
 
+import copy
 from collections.abc import Callable
 from pathlib import Path
 
@@ -132,3 +133,30 @@ def hf_greedy(model: PreTrainedModel, ids: torch.Tensor, max_new_tokens: int, eo
             attention_mask=torch.ones_like(ids),
         )
     return out[0, ids.shape[1] :].tolist()
+
+
+def sharpen(model: PreTrainedModel, factor: float = 30.0) -> PreTrainedModel:
+    """Scale the LM head in place: peaked next-token distributions, like a trained model's (random tiny models are
+    nearly uniform, so every sampled draft would be accepted and nothing would be rejected or rolled back)."""
+    with torch.no_grad():
+        model.lm_head.weight.mul_(factor)
+    return model
+
+
+def first_layer_draft(target: PreTrainedModel) -> PreTrainedModel:
+    """A draft made of a copy of ``target`` keeping only its first layer: it agrees with the target often."""
+    draft = copy.deepcopy(target)
+    draft.model.layers = draft.model.layers[:1]
+    draft.config.num_hidden_layers = 1
+    return draft
+
+
+def transplant_intersection(source: PreTrainedModel, draft: PreTrainedModel, source_tokenizer, draft_tokenizer) -> None:
+    """Copy ``source``'s embedding and head rows to ``draft``'s ids of the same strings (vocabulary intersection),
+    so a draft on another tokenizer still agrees with the source model."""
+    from specdec_lib.vocab import vocabulary_intersection
+
+    source_ids, draft_ids = vocabulary_intersection(source_tokenizer, draft_tokenizer)
+    with torch.no_grad():
+        draft.model.embed_tokens.weight[draft_ids] = source.model.embed_tokens.weight[source_ids]
+        draft.lm_head.weight[draft_ids] = source.lm_head.weight[source_ids]

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import build_tiny_model, build_tiny_tokenizer
+from conftest import build_tiny_model, build_tiny_tokenizer, first_layer_draft, sharpen, transplant_intersection
 from specdec_lib import bench
 from specdec_lib.benchmarking import (
     BASELINE,
@@ -58,7 +58,6 @@ from specdec_lib.prompts import Prompt
 from specdec_lib.sampling import SamplingConfig, logits_to_probs
 from specdec_lib.theory import expected_speedup
 from specdec_lib.trace import GenerationResult, RoundRecord, Trace
-from specdec_lib.vocab import vocabulary_intersection
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMPTS = [torch.tensor([[0, 5, 17, 42, 3, 8, 61]]), torch.tensor([[0, 9, 9, 30, 2]])]
@@ -534,22 +533,16 @@ def tiny_cross_pair(pair: ModelPair) -> ModelPair:
     strings (as in tests/test_cross_tokenizer.py), so that drafts get accepted; its embeddings are padded to 72 rows:
     transformers picks universal assisted decoding by a vocabulary size differing from the target's."""
     tok_a, tok_b = pair.target_tokenizer, build_tiny_tokenizer("b")
-    draft = copy.deepcopy(pair.target)
-    draft.model.layers = draft.model.layers[:1]
-    draft.config.num_hidden_layers = 1
+    draft = first_layer_draft(pair.target)
     draft.resize_token_embeddings(72, mean_resizing=False)
-    target_ids, draft_ids = vocabulary_intersection(tok_a, tok_b)
-    with torch.no_grad():
-        draft.model.embed_tokens.weight[draft_ids] = pair.target.model.embed_tokens.weight[target_ids]
-        draft.lm_head.weight[draft_ids] = pair.target.lm_head.weight[target_ids]
+    transplant_intersection(pair.target, draft, tok_a, tok_b)
     return ModelPair(pair.target, draft, tok_a, tok_b, "embedded-cross", pair.device)
 
 
 def sharp_pair() -> ModelPair:
     """`tiny_pair` with a sharpened target head (confident, like a trained model: the cross draft then agrees)."""
     pair = tiny_pair()
-    with torch.no_grad():
-        pair.target.lm_head.weight.mul_(30)
+    sharpen(pair.target)
     return pair
 
 

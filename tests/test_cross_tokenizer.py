@@ -3,13 +3,12 @@ alignment, greedy equivalence on the embedded cross pair (ours and transformers'
 exact sampling through the vocabulary intersection, and the edge cases (unicode, whitespace, EOS, k = 0,
 byte-fallback fragments)."""
 
-import copy
 import warnings
 
 import pytest
 import torch
 
-from conftest import build_tiny_model, build_tiny_tokenizer
+from conftest import build_tiny_model, build_tiny_tokenizer, first_layer_draft, sharpen, transplant_intersection
 from specdec_lib import (
     GREEDY,
     CrossTokenizerDrafter,
@@ -51,12 +50,6 @@ def run_cross(pair, drafter, ids, gamma, max_new_tokens=NEW_TOKENS):
     eos = pair.target_tokenizer.eos_token_id
     return speculative_generate(pair.target, drafter, ids, gamma=gamma, max_new_tokens=max_new_tokens,
                                 eos_token_id=eos)
-
-
-def acceptance(result) -> float:
-    rounds = result.trace.rounds
-    drafted = sum(r.drafted for r in rounds)
-    return sum(r.accepted for r in rounds) / drafted if drafted else 0.0
 
 
 # ---------------------------------------------------------------- vocabularies, by normalised strings
@@ -244,16 +237,9 @@ def tiny_cross():
     the target's first layer with its embedding and head rows moved to the draft ids of the same strings, so the
     two agree often (random independent models would almost never: acceptance about 0.03)."""
     tok_a, tok_b = build_tiny_tokenizer("a"), build_tiny_tokenizer("b")
-    target = build_tiny_model("llama", seed=0, num_layers=2)
-    with torch.no_grad():
-        target.lm_head.weight.mul_(30)
-    draft = copy.deepcopy(target)
-    draft.model.layers = draft.model.layers[:1]
-    draft.config.num_hidden_layers = 1
-    target_ids, draft_ids = vocabulary_intersection(tok_a, tok_b)
-    with torch.no_grad():
-        draft.model.embed_tokens.weight[draft_ids] = target.model.embed_tokens.weight[target_ids]
-        draft.lm_head.weight[draft_ids] = target.lm_head.weight[target_ids]
+    target = sharpen(build_tiny_model("llama", seed=0, num_layers=2))
+    draft = first_layer_draft(target)
+    transplant_intersection(target, draft, tok_a, tok_b)
     return target, draft, tok_a, tok_b
 
 

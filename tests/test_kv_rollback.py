@@ -37,12 +37,9 @@ def perturbed_copy(model, scale: float, seed: int = 3):
 def target():
     """A tiny random Llama with a sharpened LM head: random models are near-uniform, so a sampled draft is
     almost always accepted; logits x 10 make sampling reject sometimes too (greedy is unchanged)."""
-    from conftest import build_tiny_model
+    from conftest import build_tiny_model, sharpen
 
-    model = build_tiny_model("llama", seed=0, num_layers=2)
-    with torch.no_grad():
-        model.lm_head.weight.mul_(10.0)
-    return model
+    return sharpen(build_tiny_model("llama", seed=0, num_layers=2), 10.0)
 
 
 @pytest.fixture(scope="module")

@@ -14,14 +14,13 @@ setting. The same test rejects relaxed verification and a drafter that reports t
 The statistics helpers themselves are checked against SciPy first.
 """
 
-import copy
 import math
 
 import pytest
 import scipy.stats
 import torch
 
-from conftest import build_tiny_model
+from conftest import build_tiny_model, first_layer_draft, sharpen
 from specdec_lib import DraftModelDrafter, autoregressive_generate, load_pair, load_prompts, speculative_generate
 from specdec_lib.errors import ConfigError
 from specdec_lib.sampling import GREEDY, SamplingConfig, logits_to_probs
@@ -37,7 +36,6 @@ from specdec_lib.stats import (
     tv_noise_floor,
 )
 from specdec_lib.theory import expected_tokens_per_round
-from specdec_lib.trace import acceptance_rate
 
 SIGNIFICANCE = 0.001
 SETTINGS = {
@@ -156,13 +154,8 @@ def target_samples(target, prompt_ids, sampling, draws, seed=10**6) -> list[tupl
 def tiny_pair():
     """A sharpened tiny target (peaked next-token distributions, like code) and a draft made of its first layer
     (acceptance about 0.5 to 0.7: many accepted drafts and many recovered tokens)."""
-    target = build_tiny_model("llama", seed=0, num_layers=2)
-    with torch.no_grad():
-        target.lm_head.weight.mul_(30)
-    draft = copy.deepcopy(target)
-    draft.model.layers = draft.model.layers[:1]
-    draft.config.num_hidden_layers = 1
-    return target, draft
+    target = sharpen(build_tiny_model("llama", seed=0, num_layers=2))
+    return target, first_layer_draft(target)
 
 
 PROMPT = torch.tensor([[0, 5, 17]])
