@@ -5,11 +5,16 @@ exists to emit several tokens per target forward instead. The result has the sam
 speculative method, so notebooks and benchmarks compare them field by field.
 """
 
+from collections.abc import Sequence
+
 import torch
 from transformers import PreTrainedModel
 
-from .modeling import check_generation_inputs, forward_with_cache, new_cache
+from .modeling import check_generation_inputs, forward_with_cache
+
+from .kv_cache import new_cache
 from .sampling import GREEDY, SamplingConfig, logits_to_probs, make_generator, sample_token
+from .stopping import AUTO, stop_token_ids
 from .trace import GenerationResult, RoundRecord, Trace
 
 
@@ -19,7 +24,7 @@ def autoregressive_generate(
     *,
     max_new_tokens: int,
     sampling: SamplingConfig = GREEDY,
-    eos_token_id: int | None = None,
+    eos_token_id: int | Sequence[int] | str | None = AUTO,
     seed: int | None = None,
     use_cache: bool = True,
 ) -> GenerationResult:
@@ -27,14 +32,16 @@ def autoregressive_generate(
 
     Each round runs one target forward and samples one token from ``logits_to_probs(logits, sampling)``
     (greedy by default, which matches ``model.generate(do_sample=False)`` token for token). Stops after
-    ``max_new_tokens`` tokens or right after emitting ``eos_token_id`` (None: never stop early). ``seed``
-    makes sampling reproducible. ``use_cache=False`` re-runs the whole sequence every step, which shows what
-    the KV cache saves: the cost of step t grows with t instead of staying constant.
+    ``max_new_tokens`` tokens or right after an end-of-sequence token: ``eos_token_id="auto"`` (default) is the
+    model's own EOS, as in ``model.generate``; an id or a list of ids; None never stops early (see
+    `specdec_lib.stopping`). ``seed`` makes sampling reproducible. ``use_cache=False`` re-runs the whole sequence
+    every step, which shows what the KV cache saves: the cost of step t grows with t instead of staying constant.
 
     Batch size 1 only. Returns a `GenerationResult` with ``method="autoregressive"`` (``"autoregressive-nocache"``
     without the cache) whose trace has one round per target forward (``drafted=0, accepted=0, emitted=1``).
     """
     check_generation_inputs(model, input_ids, max_new_tokens)
+    stop_ids = stop_token_ids(model, eos_token_id)
     prompt_length = input_ids.shape[1]
     device = model.device
     input_ids = input_ids.to(device)
@@ -43,20 +50,23 @@ def autoregressive_generate(
     with torch.inference_mode():
         trace = Trace.start(device)
         cache = new_cache(model) if use_cache else None
-        sequence = input_ids  # [1, T + t] after t new tokens
-        step_input = input_ids  # what the next forward must read: the prompt, then only the newest token
-        for _ in range(max_new_tokens):
+        sequence = torch.empty(1, prompt_length + max_new_tokens, dtype=torch.long, device=device)
+        sequence[:, :prompt_length] = input_ids
+        length = prompt_length  # sequence[:, :length] is committed; the cache holds all but its last token
+        while length < prompt_length + max_new_tokens:
             round_start = trace.elapsed(device)
-            logits = forward_with_cache(model, step_input if use_cache else sequence, cache, logits_to_keep=1)
-            token = sample_token(logits_to_probs(logits[0, -1], sampling), generator)  # LongTensor[] (scalar)
-            sequence = torch.cat([sequence, token.view(1, 1)], dim=1)
-            step_input = token.view(1, 1)
+            start = length - 1 if use_cache and length > prompt_length else 0  # the newest token, or everything
+            logits = forward_with_cache(model, sequence[:, start:length], cache, logits_to_keep=1)
+            token = int(sample_token(logits_to_probs(logits[0, -1], sampling), generator))
+            sequence[0, length] = token
+            length += 1
             now = trace.elapsed(device)
-            trace.add_round(RoundRecord(0, 0, 1, draft_time=0.0, verify_time=now - round_start, draft_forwards=0), now)
-            if len(trace.rounds) == 1:
+            kind = "prefill" if length == prompt_length + 1 else "target"
+            trace.add_round(RoundRecord(0, 0, 1, 0.0, now - round_start, draft_forwards=0, kind=kind), now)
+            if kind == "prefill":
                 trace.prefill_time = now - round_start
-            if eos_token_id is not None and token.item() == eos_token_id:
+            if token in stop_ids:
                 break
 
     method = "autoregressive" if use_cache else "autoregressive-nocache"
-    return GenerationResult(sequence=sequence, prompt_length=prompt_length, method=method, trace=trace)
+    return GenerationResult(sequence=sequence[:, :length], prompt_length=prompt_length, method=method, trace=trace)

@@ -849,8 +849,8 @@ class TimedDrafter(Drafter):
             raise AttributeError(attribute)
         return getattr(self.inner, attribute)
 
-    def begin(self, input_ids: torch.Tensor) -> None:
-        self.inner.begin(input_ids)
+    def begin(self, input_ids: torch.Tensor, **limits) -> None:
+        self.inner.begin(input_ids, **limits)
 
     def propose(
         self, sequence: torch.Tensor, k: int, sampling: SamplingConfig, generator: torch.Generator | None

@@ -1,25 +1,133 @@
-"""A pre-allocated KV cache whose rollback only moves a length pointer.
+"""KV caches: creating them, their length, and rolling them back past rejected drafts (or refusing to).
 
-transformers' `DynamicCache` grows every layer with ``torch.cat`` (a new, larger tensor per forward) and rolls
-back by slicing. The classic alternative, used by serving engines, allocates each layer's storage **once**, for
-the model's whole context, and keeps a **length pointer**:
+Speculative decoding appends a whole block of drafted tokens to the target's cache in one forward, then *rolls the
+cache back* past the first rejected one. Every cache in the library is made by `new_cache`, measured by
+`cache_length` and rolled back by `crop_cache`, because transformers changed this API between 5.x releases:
+``DynamicCache.crop(max_length)`` with a positive length raises in 5.24, while ``crop(-n)`` (remove the last n
+tokens) works in every version, so rollback is written with a negative count. `crop_cache` refuses, with a message
+naming the fix, any cache that cannot restore its earlier state exactly.
 
-    storage (per layer, keys and values):  [1, kv_heads, max_len, head_dim]   allocated once
-    in use:                                [:, :, :length]                   a view, no copy
-    append T tokens:                       storage[:, :, length:length + T] = new;  length += T
-    rollback to n tokens:                  length = n        (the stale rows stay, the next append overwrites them)
+Two kinds of cache (``new_cache(model, kind)``):
 
-`PreallocatedCache` is a transformers `Cache` made of `PreallocatedLayer` s (a `DynamicLayer` subclass written
-against the 5.24 layer API: ``update`` / ``get_seq_length`` / ``get_mask_sizes`` / ``crop``), so it plugs into
-`specdec_lib.modeling.forward_with_cache` like a `DynamicCache`: build it with ``new_cache(model, kind="preallocated")``.
+- ``"dynamic"``: transformers' `DynamicCache`, which grows every layer with ``torch.cat`` (a new, larger tensor per
+  forward) and rolls back by slicing. Sliding-window layers are put in transformers' *past recording* mode
+  (``activate_past_recording``, what its own assisted generation does), so that they keep the keys a rollback
+  needs until the next crop.
+- ``"preallocated"``: `PreallocatedCache`, which allocates each layer's storage **once** and keeps a **length
+  pointer**, as serving engines do (transformers' `StaticCache` layers work the same way; ours is a small,
+  readable one written against the 5.24 layer API):
+
+      storage (per layer, keys and values):  [1, kv_heads, max_len, head_dim]   allocated once
+      in use:                                [:, :, :length]                   a view, no copy
+      append T tokens:                       storage[:, :, length:length + T] = new;  length += T
+      rollback to n tokens:                  length = n        (the stale rows stay, the next append overwrites them)
+
+  It is sized to what one generation needs (prompt + max_new_tokens + gamma + 1 positions), not to the model's
+  whole context: at 32k positions a Qwen2.5-1.5B-shaped cache would take about 1.9 GB.
+
+`PreallocatedCache` is a transformers `Cache` made of `PreallocatedLayer` s (a `DynamicLayer` subclass:
+``update`` / ``get_seq_length`` / ``get_mask_sizes`` / ``crop``), so it plugs into
+`specdec_lib.modeling.forward_with_cache` like a `DynamicCache`.
 """
 
+import inspect
+
 import torch
-from transformers import PreTrainedModel
+from transformers import DynamicCache, PreTrainedModel
 from transformers.cache_utils import Cache, DynamicLayer
 
 from .errors import ConfigError, ContextOverflowError
 from .modeling import context_length
+
+CACHE_KINDS = ("dynamic", "preallocated")
+
+
+def new_cache(model: PreTrainedModel, kind: str = "dynamic", *, max_len: int | None = None) -> Cache:
+    """An empty KV cache for ``model``: ``kind="dynamic"`` (default) or ``"preallocated"`` (module docstring).
+
+    ``max_len``: the positions a pre-allocated cache allocates now (default: the model's whole context; a
+    generation passes what it needs, prompt + max_new_tokens + gamma + 1). A dynamic cache ignores it (it grows).
+    Both kinds give the same logits through `forward_with_cache`.
+    """
+    if kind == "preallocated":
+        return PreallocatedCache.for_model(model, max_len)
+    if kind != "dynamic":
+        raise ConfigError(f"cache kind must be one of {CACHE_KINDS}, got {kind!r}.")
+    if "config" in inspect.signature(DynamicCache.__init__).parameters:
+        cache = DynamicCache(config=model.config)
+    else:  # pragma: no cover (transformers releases whose DynamicCache takes no config)
+        cache = DynamicCache()
+    if hasattr(cache, "activate_past_recording"):  # sliding layers keep what a rollback needs (transformers >= 5.2x)
+        cache.activate_past_recording()
+    return cache
+
+
+def cache_length(cache: Cache) -> int:
+    """Number of tokens whose keys and values are stored in ``cache`` (positions seen, for a sliding layer)."""
+    return int(cache.get_seq_length())
+
+
+def cache_kind(cache: Cache) -> str:
+    """A short description of ``cache`` for messages: its class and the classes of its layers."""
+    layer_kinds = sorted({type(layer).__name__ for layer in getattr(cache, "layers", [])})
+    return f"{type(cache).__name__}({', '.join(layer_kinds)})" if layer_kinds else type(cache).__name__
+
+
+def _rollback_problem(cache: Cache, remove: int) -> str | None:
+    """Why removing the last ``remove`` tokens from ``cache`` cannot restore its earlier state (None: it can).
+
+    - a layer transformers marks as not croppable (quantized layers, linear-attention/recurrent states, a static
+      sliding layer longer than its window) has thrown information away;
+    - a sliding-window layer (``is_sliding``) keeps only its last ``window - 1`` tokens after a crop. In past
+      recording mode (`new_cache` turns it on) it also keeps every token added since the last crop, so a rollback
+      of up to that many tokens is exact; without it, once it has dropped older keys a rollback would leave the
+      next token's window short. transformers' own `DynamicSlidingWindowLayer` reports ``is_croppable=True`` in
+      both cases, so this is checked from what the layer holds.
+    """
+    for index, layer in enumerate(getattr(cache, "layers", [])):
+        if not getattr(layer, "is_croppable", True):
+            return f"layer {index} ({type(layer).__name__}) cannot be cropped (transformers marks it is_croppable=False)"
+        if getattr(layer, "is_sliding", False) and remove > 0:
+            stored = 0 if getattr(layer, "keys", None) is None or layer.keys.numel() == 0 else layer.keys.shape[-2]
+            seen = int(layer.get_seq_length())
+            window = getattr(layer, "sliding_window", None)
+            if stored >= seen:
+                continue  # nothing dropped yet
+            spare = stored - (window - 1) if getattr(layer, "record_past", False) and window else 0
+            if remove > spare:
+                return (
+                    f"layer {index} ({type(layer).__name__}) is a sliding-window layer (window {window}) that has "
+                    f"seen {seen} tokens but keeps only the last {stored}; removing {remove} would leave the next "
+                    f"tokens without keys it has already dropped"
+                )
+    return None
+
+
+def crop_cache(cache: Cache, length: int) -> None:
+    """Roll ``cache`` back in place to its first ``length`` tokens (the rollback after a rejected draft).
+
+    Written as ``crop(-(current - length))`` (remove that many tokens), the form every transformers 5.x accepts.
+    Refuses (`ConfigError`) a cache that cannot restore its earlier state — a sliding-window layer that dropped
+    keys the rollback needs, a quantized or recurrent cache — instead of failing deep inside transformers or
+    decoding wrongly.
+    """
+    current = cache_length(cache)
+    if length < 0 or length > current:
+        raise ConfigError(
+            f"Cannot crop the KV cache to {length} tokens: it holds {current}. "
+            f"A crop can only keep between 0 and {current} tokens (it removes tokens, never adds them)."
+        )
+    if length < current:
+        problem = _rollback_problem(cache, current - length)
+        if problem is not None:
+            raise ConfigError(
+                f"Cannot roll the {cache_kind(cache)} back from {current} to {length} tokens: {problem}. "
+                "Speculative decoding needs a cache that can drop rejected drafts exactly: build it with "
+                "specdec_lib.kv_cache.new_cache(model), which puts sliding-window layers in transformers' past "
+                "recording mode (activate_past_recording), or use the pre-allocated pointer cache "
+                "(new_cache(model, kind='preallocated')). Changing the model's sliding_window would change the model."
+            )
+        cache.crop(-(current - length))
 
 
 class PreallocatedLayer(DynamicLayer):
@@ -120,9 +228,10 @@ class PreallocatedCache(Cache):
 
     @classmethod
     def for_model(cls, model: PreTrainedModel, max_len: int | None = None) -> "PreallocatedCache":
-        """A cache for ``model`` with storage for ``max_len`` (default: the whole context) allocated now."""
+        """A cache for ``model`` with storage for ``max_len`` positions (default: the whole context, at most that)
+        allocated now."""
         shape = kv_shape(model)
-        max_len = shape["context"] if max_len is None else int(max_len)
+        max_len = shape["context"] if max_len is None else min(int(max_len), shape["context"])
         cache = cls(shape["layers"], max_len)
         dtype = next(model.parameters()).dtype
         for layer in cache.layers:

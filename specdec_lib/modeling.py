@@ -1,13 +1,14 @@
-"""The one place that runs a model forward with a KV cache, and the cache bookkeeping around it.
+"""The one place that runs a model forward with a KV cache (`forward_with_cache`), and the input checks before it.
 
 Speculative decoding lives on the KV cache: the target scores a whole block of drafted tokens in one forward
-appended to its cache, then *rolls the cache back* past the first rejected token. Everything else in the
-library goes through the four functions here, because transformers moved this API between 5.x releases:
+appended to its cache, then *rolls the cache back* past the first rejected token. Every forward in the library
+goes through `forward_with_cache`, because transformers moved this API between 5.x releases: the forward's cache
+keyword is ``cache=`` in 5.24 but ``past_key_values=`` in 5.17 (and in 4.57 ``cache=`` is silently swallowed by
+``**kwargs``!), so the keyword is read from the forward's signature, never assumed. A ``torch.compile`` d model
+(an ``OptimizedModule`` whose forward is ``(*args, **kwargs)``) is looked through to the module it wraps.
 
-- the forward's cache keyword is ``cache=`` in 5.24 but ``past_key_values=`` in 5.17 (and in 4.57 ``cache=``
-  is silently swallowed by ``**kwargs``!), so the keyword is read from the forward's signature, never assumed;
-- ``DynamicCache.crop(max_length)`` with a positive length raises in 5.24, while ``crop(-n)`` (remove the
-  last n tokens) works in every version, so rollback is written with a negative count.
+Caches themselves (creation, length, rollback and its refusals) belong to `specdec_lib.kv_cache`, which imports
+this module, never the other way round.
 
 Batch size 1 is the supported case throughout the library (speculative decoding accepts a different number
 of tokens per sequence, which needs ragged caches); `check_input_ids` refuses anything else clearly.
@@ -18,7 +19,7 @@ import inspect
 from dataclasses import dataclass
 
 import torch
-from transformers import DynamicCache, PreTrainedModel
+from transformers import PreTrainedModel
 from transformers.cache_utils import Cache
 
 from .errors import ConfigError, ContextOverflowError, InputError
@@ -47,6 +48,13 @@ def _forward_keywords(model_class: type) -> _ForwardKeywords:
             "with a KV cache. Use a causal language model from transformers >= 5.17 (e.g. LlamaForCausalLM)."
         )
     return _ForwardKeywords(cache_keyword, "cache_position" in parameters, "logits_to_keep" in parameters)
+
+
+def unwrap_compiled(model: torch.nn.Module) -> torch.nn.Module:
+    """The module a ``torch.compile(model)`` wrapper (``OptimizedModule``) compiles; ``model`` itself otherwise.
+
+    Its signature, config and embeddings are the wrapped model's; calls still go through the compiled wrapper."""
+    return getattr(model, "_orig_mod", model)
 
 
 def check_input_ids(input_ids: torch.Tensor, model: PreTrainedModel | None = None) -> None:
@@ -82,89 +90,6 @@ def check_input_ids(input_ids: torch.Tensor, model: PreTrainedModel | None = Non
                 f"input_ids contains token id {low if low < 0 else high}, outside the model's vocabulary "
                 f"[0, {vocab_size}). Encode the text with this model's own tokenizer."
             )
-
-
-CACHE_KINDS = ("dynamic", "preallocated")
-
-
-def new_cache(model: PreTrainedModel, kind: str = "dynamic") -> Cache:
-    """An empty KV cache for ``model``.
-
-    ``kind="dynamic"`` (default): transformers' `DynamicCache` (given the model config when this transformers version
-    accepts it), which grows by concatenation and rolls back by slicing. ``kind="preallocated"``: a
-    `specdec_lib.kv_cache.PreallocatedCache` allocated now for the model's whole context, whose rollback only
-    moves a length pointer. Both give the same logits through `forward_with_cache`.
-    """
-    if kind == "preallocated":
-        from .kv_cache import PreallocatedCache  # local import: kv_cache imports this module
-
-        return PreallocatedCache.for_model(model)
-    if kind != "dynamic":
-        raise ConfigError(f"cache kind must be one of {CACHE_KINDS}, got {kind!r}.")
-    if "config" in inspect.signature(DynamicCache.__init__).parameters:
-        return DynamicCache(config=model.config)
-    return DynamicCache()
-
-
-def cache_length(cache: Cache) -> int:
-    """Number of tokens whose keys and values are stored in ``cache``."""
-    return int(cache.get_seq_length())
-
-
-def cache_kind(cache: Cache) -> str:
-    """A short description of ``cache`` for messages: its class and the classes of its layers."""
-    layer_kinds = sorted({type(layer).__name__ for layer in getattr(cache, "layers", [])})
-    return f"{type(cache).__name__}({', '.join(layer_kinds)})" if layer_kinds else type(cache).__name__
-
-
-def _rollback_problem(cache: Cache, remove: int) -> str | None:
-    """Why removing the last ``remove`` tokens from ``cache`` cannot restore its earlier state (None: it can).
-
-    - a layer transformers marks as not croppable (quantized layers, linear-attention/recurrent states, a static
-      sliding layer longer than its window) has thrown information away;
-    - a sliding-window layer (``is_sliding``) keeps only its last ``window - 1`` tokens: once it has dropped older
-      ones, a rollback would leave the next token's window short of keys it needs. transformers' own
-      `DynamicSlidingWindowLayer` still reports ``is_croppable=True``, so this is checked from what it holds.
-    """
-    for index, layer in enumerate(getattr(cache, "layers", [])):
-        if not getattr(layer, "is_croppable", True):
-            return f"layer {index} ({type(layer).__name__}) cannot be cropped (transformers marks it is_croppable=False)"
-        if getattr(layer, "is_sliding", False) and remove > 0:
-            stored = 0 if getattr(layer, "keys", None) is None or layer.keys.numel() == 0 else layer.keys.shape[-2]
-            seen = int(layer.get_seq_length())
-            window = getattr(layer, "sliding_window", None)
-            if stored < seen:
-                return (
-                    f"layer {index} ({type(layer).__name__}) is a sliding-window layer (window {window}) that has "
-                    f"seen {seen} tokens but keeps only the last {stored}; rolling back would leave the next "
-                    f"tokens without keys it has already dropped"
-                )
-    return None
-
-
-def crop_cache(cache: Cache, length: int) -> None:
-    """Roll ``cache`` back in place to its first ``length`` tokens (the rollback after a rejected draft).
-
-    Written as ``crop(-(current - length))`` (remove that many tokens), the form every transformers 5.x accepts.
-    Refuses (`ConfigError`) a cache that cannot restore its earlier state — a sliding-window cache past its
-    window, a quantized or recurrent cache — instead of failing deep inside transformers or decoding wrongly.
-    """
-    current = cache_length(cache)
-    if length < 0 or length > current:
-        raise ConfigError(
-            f"Cannot crop the KV cache to {length} tokens: it holds {current}. "
-            f"A crop can only keep between 0 and {current} tokens (it removes tokens, never adds them)."
-        )
-    if length < current:
-        problem = _rollback_problem(cache, current - length)
-        if problem is not None:
-            raise ConfigError(
-                f"Cannot roll the {cache_kind(cache)} back from {current} to {length} tokens: {problem}. "
-                "Speculative decoding needs a cache that can drop rejected drafts exactly: use a DynamicCache "
-                "without sliding-window layers (a model config with sliding_window=None / use_sliding_window=False) "
-                "or the pre-allocated pointer cache (new_cache(model, kind='preallocated'))."
-            )
-        cache.crop(-(current - length))
 
 
 def context_length(model: PreTrainedModel) -> int:
@@ -223,7 +148,7 @@ def forward_with_cache(
             f"logits_to_keep must be between 1 and the number of new tokens ({new_tokens}), got {logits_to_keep}. "
             "Pass None to keep the logits of every position."
         )
-    past = 0 if cache is None else cache_length(cache)
+    past = 0 if cache is None else int(cache.get_seq_length())
     limit = context_length(model)
     if past + new_tokens > limit:
         raise ContextOverflowError(
@@ -231,7 +156,7 @@ def forward_with_cache(
             f"the model's context of {limit}. Shorten the prompt or generate fewer tokens."
         )
 
-    keywords = _forward_keywords(type(model))
+    keywords = _forward_keywords(type(unwrap_compiled(model)))
     positions = torch.arange(past, past + new_tokens, device=input_ids.device)  # [T]: L, ..., L + T - 1
     kwargs: dict[str, object] = {"position_ids": positions.unsqueeze(0), "use_cache": cache is not None}
     if cache is not None:

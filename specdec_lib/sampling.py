@@ -24,8 +24,11 @@ def _is_real(value: object) -> bool:
 class SamplingConfig:
     """How next-token logits become a distribution.
 
-    ``temperature == 0`` means greedy decoding (always the most likely token). ``top_k == 0`` and
-    ``top_p == 1`` switch those filters off. Validated on construction, so a bad value fails where it is written.
+    ``temperature == 0`` means greedy decoding (always the most likely token). Any temperature > 0 samples, however
+    small: `logits_to_probs` divides the logits *after* subtracting their maximum, so ``temperature=1e-40`` gives a
+    finite distribution (all mass on the most likely tokens, shared evenly among exact ties: the limit of
+    sampling as T -> 0) instead of ``inf / inf = NaN``. ``top_k == 0`` and ``top_p == 1`` switch those filters
+    off. Validated on construction, so a bad value fails where it is written.
     """
 
     temperature: float = 1.0
@@ -69,7 +72,8 @@ def logits_to_probs(logits: torch.Tensor, config: SamplingConfig) -> torch.Tenso
     Greedy: the one-hot vector of the argmax (ties go to the lowest token id, like `torch.argmax`), so greedy
     decoding is "sampling" from a point mass and the same verification code handles both. Otherwise, in order:
 
-    1. temperature: ``z = logits / T``;
+    1. temperature: ``z = (logits - max(logits)) / T`` (the shift leaves the softmax unchanged and keeps z finite
+       for any T > 0: the top token gets z = 0, the others z <= 0, at worst -inf);
     2. top-k: keep the tokens whose logit is at least the k-th largest (ties with the k-th are kept too);
     3. top-p: keep the smallest set of most likely tokens whose probability reaches ``top_p`` (always at
        least the top token);
@@ -78,7 +82,7 @@ def logits_to_probs(logits: torch.Tensor, config: SamplingConfig) -> torch.Tenso
     logits = logits.float()
     if config.is_greedy:
         return torch.nn.functional.one_hot(logits.argmax(dim=-1), logits.shape[-1]).float()  # [..., V]
-    z = logits / config.temperature  # z_i = l_i / T
+    z = (logits - logits.amax(dim=-1, keepdim=True)) / config.temperature  # z_i = (l_i - max l) / T <= 0
     if 0 < config.top_k < z.shape[-1]:
         kth_largest = torch.topk(z, config.top_k, dim=-1).values[..., -1:]  # [..., 1]
         z = z.masked_fill(z < kth_largest, -math.inf)

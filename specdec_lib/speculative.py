@@ -13,6 +13,7 @@ target forwards. With greedy verification the output is token-identical to the t
 with sampling, exact verification (rejection sampling) makes it distributed exactly like the target's own samples.
 """
 
+from collections.abc import Sequence
 from typing import Literal
 
 import torch
@@ -20,11 +21,13 @@ from transformers import PreTrainedModel
 
 from .drafters.base import Draft, Drafter, check_draft
 from .errors import ConfigError
+from .kv_cache import crop_cache, new_cache
 from .memory import cache_bytes
-from .modeling import cache_length, check_generation_inputs, context_length, crop_cache, forward_with_cache, new_cache
+from .modeling import check_generation_inputs, context_length, forward_with_cache
 from .sampling import GREEDY, SamplingConfig, logits_to_probs, make_generator, sample_token
+from .stopping import AUTO, stop_token_ids
 from .trace import GenerationResult, RoundRecord, Trace
-from .verify import _check_lenience, verify_exact, verify_greedy, verify_relaxed
+from .verify import VerifyResult, check_lenience, verify_exact, verify_greedy, verify_relaxed
 
 VERIFICATIONS = ("exact", "relaxed")
 
@@ -65,7 +68,7 @@ def _check_sampling(sampling: SamplingConfig, verification: str = "exact", lenie
                 "verification='relaxed' relaxes the acceptance test of *sampled* drafts; greedy decoding "
                 "(temperature 0) has nothing to relax. Sample (e.g. SamplingConfig(temperature=1.0)) or use 'exact'."
             )
-        _check_lenience(lenience)
+        check_lenience(lenience)
     elif lenience is not None:
         raise ConfigError(
             f"lenience={lenience!r} only applies to verification='relaxed'; exact verification has no lenience."
@@ -80,10 +83,8 @@ def _verify(
     generator: torch.Generator | None,
     verification: str = "exact",
     lenience: float | None = None,
-) -> tuple[int, int]:
-    """Accepted count and recovered/bonus token for one round.
-
-    Greedy: `verify_greedy` on the logits. Sampling: `verify_exact` (or `verify_relaxed`) with
+) -> VerifyResult:
+    """The verdict of one round: `verify_greedy` on the logits, or (sampling) `verify_exact` / `verify_relaxed` with
     ``p = logits_to_probs(target_logits, sampling)``, the same processing the drafter applied to get ``draft_probs``
     (its q) and the baseline applies before sampling, and ``generator`` for the acceptance draws."""
     if sampling.is_greedy:
@@ -91,10 +92,30 @@ def _verify(
     p = logits_to_probs(target_logits, sampling)  # [k + 1, V]: the target's processed distributions
     q = None if draft_probs is None else draft_probs.to(p.device)  # [k, V] or None (a point mass per draft)
     if verification == "relaxed":
-        result = verify_relaxed(p, q, draft_tokens, generator, lenience=lenience)  # NOT distribution-preserving
-    else:
-        result = verify_exact(p, q, draft_tokens, generator)
-    return result.num_accepted, result.next_token
+        return verify_relaxed(p, q, draft_tokens, generator, lenience=lenience)  # NOT distribution-preserving
+    return verify_exact(p, q, draft_tokens, generator)
+
+
+def _check_drafter(drafter: object) -> None:
+    if not all(callable(getattr(drafter, method, None)) for method in ("begin", "propose", "accept")):
+        raise ConfigError(
+            f"drafter must be a Drafter with begin/propose/accept methods (e.g. DraftModelDrafter(draft_model)), "
+            f"got {type(drafter).__name__}."
+        )
+
+
+def _check_draft_ids(draft_tokens: torch.Tensor, target_vocab: int) -> None:
+    """Refuse draft ids the target cannot read (its embedding lookup would fail deep inside torch)."""
+    if draft_tokens.numel() and int(draft_tokens.max()) >= target_vocab:
+        raise ConfigError(
+            f"The drafter proposed token id {int(draft_tokens.max())}, outside the target's vocabulary of "
+            f"{target_vocab}. Draft and target must share a tokenizer (see specdec_lib.vocab)."
+        )
+
+
+def _first_stop(tokens: list[int], stop_ids: frozenset[int]) -> int | None:
+    """Index of the first stop id in ``tokens`` (None: there is none)."""
+    return next((i for i, token in enumerate(tokens) if token in stop_ids), None)
 
 
 def speculative_generate(
@@ -105,18 +126,21 @@ def speculative_generate(
     gamma: int,
     max_new_tokens: int,
     sampling: SamplingConfig = GREEDY,
-    eos_token_id: int | None = None,
+    eos_token_id: int | Sequence[int] | str | None = AUTO,
     seed: int | None = None,
     verification: Literal["exact", "relaxed"] = "exact",
     lenience: float | None = None,
     cache_kind: str = "dynamic",
+    record_memory: bool = False,
 ) -> GenerationResult:
     """Generate up to ``max_new_tokens`` tokens after ``input_ids: LongTensor[1, T]`` with ``target``,
     drafting up to ``gamma`` tokens per round with ``drafter``.
 
     Same stopping rules and result type as `autoregressive_generate`: stops after exactly ``max_new_tokens``
-    tokens (the last rounds draft fewer, never emit more) or right after ``eos_token_id`` (even when the EOS
-    is an accepted draft token in the middle of a round).
+    tokens (the last rounds draft fewer, never emit more) or right after an end-of-sequence token (even when it is
+    an accepted draft token in the middle of a round). ``eos_token_id``: ``"auto"`` (default) stops at the
+    target's own EOS like transformers' ``generate``; an id or a list of ids; None never stops early (see
+    `specdec_lib.stopping`).
 
     - Greedy (``sampling=GREEDY``, the default): `verify_greedy`; the output is token-identical to
       ``autoregressive_generate(target, ...)``.
@@ -130,95 +154,101 @@ def speculative_generate(
       text statistics. It exists to measure that trade-off; keep the default ``"exact"`` otherwise.
 
     The trace has one `RoundRecord` per target forward: the prefill round (the prompt's forward, first token,
-    ``drafted=0``) then one per verification. ``RoundRecord.accepted`` counts the drafts the target accepted;
-    only in the final round, when an accepted EOS ends generation, can ``emitted`` be below ``accepted + 1``.
-    ``trace.peak_kv_bytes`` holds the most bytes the target's KV cache (``"target"``) and the drafter's
-    (``"draft"``, for drafters exposing a ``cache``) allocated, measured after each forward, before rollback.
+    ``kind="prefill"``) then one per verification, whose ``kind`` says whether the target's token was recovered
+    or a bonus. ``RoundRecord.accepted`` counts the drafts the target accepted; only in the final round, when an
+    accepted EOS ends generation, can ``emitted`` be below ``accepted + 1``.
 
-    ``cache_kind`` chooses the target's cache (see `new_cache`): ``"dynamic"`` or ``"preallocated"``; the
-    tokens are the same.
+    ``cache_kind`` chooses the target's cache (see `specdec_lib.kv_cache.new_cache`): ``"dynamic"`` or
+    ``"preallocated"`` (sized to prompt + max_new_tokens + gamma + 1 positions); the tokens are the same.
+    ``record_memory=True`` also measures, after every forward, the bytes the target's KV cache (``"target"``) and
+    the drafter's (``"draft"``, for drafters exposing a ``cache``) allocate, keeping the peaks in
+    ``trace.peak_kv_bytes``; it is off by default because it walks every cache layer twice a round.
     """
     check_gamma(gamma)
-    if not all(callable(getattr(drafter, method, None)) for method in ("begin", "propose", "accept")):
-        raise ConfigError(
-            f"drafter must be a Drafter with begin/propose/accept methods (e.g. DraftModelDrafter(draft_model)), "
-            f"got {type(drafter).__name__}."
-        )
+    _check_drafter(drafter)
     _check_sampling(sampling, verification, lenience)
     check_generation_inputs(target, input_ids, max_new_tokens)
+    stop_ids = stop_token_ids(target, eos_token_id)
     device = target.device
     check_same_device(device, getattr(drafter, "device", None))
     prompt_length = input_ids.shape[1]
-    input_ids = input_ids.to(device)
+    total_length = prompt_length + max_new_tokens
     generator = make_generator(seed, device)
-    target_vocab = target.get_input_embeddings().num_embeddings
+    target_vocab = target.get_output_embeddings().out_features  # V: the width of the target's logits, p and q
+    readable_ids = target.get_input_embeddings().num_embeddings  # ids the target's embedding table can read
     max_positions = context_length(target)
+    cache_positions = min(total_length + gamma + 1, max_positions)
 
     with torch.inference_mode():
+        # the committed tokens live in one buffer: `sequence[:, :length]` is a view (no copy per round), and each
+        # round writes its drafts at [length, length + k) before verifying them, so the target's input is a view too
+        sequence = torch.empty(1, total_length, dtype=torch.long, device=device)
+        sequence[:, :prompt_length] = input_ids
         trace = Trace.start(device)
-        cache = new_cache(target, cache_kind)
+        cache = new_cache(target, cache_kind, max_len=cache_positions)
 
         # prefill round: the prompt's forward gives the first token, exactly as in the baseline
-        drafter.begin(input_ids)
+        drafter.begin(input_ids, max_length=cache_positions, target_vocab_size=target_vocab)
         after_begin = trace.elapsed(device)
-        logits = forward_with_cache(target, input_ids, cache, logits_to_keep=1)  # [1, 1, V]
-        trace.note_kv_bytes("target", cache_bytes(cache).allocated)
-        token = sample_token(logits_to_probs(logits[0, -1], sampling), generator)  # LongTensor[]
-        sequence = torch.cat([input_ids, token.view(1, 1)], dim=1)  # [1, T + 1]
+        logits = forward_with_cache(target, sequence[:, :prompt_length], cache, logits_to_keep=1)  # [1, 1, V]
+        if record_memory:
+            trace.note_kv_bytes("target", cache_bytes(cache).allocated)
+        token = int(sample_token(logits_to_probs(logits[0, -1], sampling), generator))
+        sequence[0, prompt_length] = token
+        length = prompt_length + 1  # L committed tokens; the target's cache holds the first L - 1
         now = trace.elapsed(device)
-        trace.add_round(RoundRecord(0, 0, 1, after_begin, now - after_begin, draft_forwards=0), now)
+        trace.add_round(RoundRecord(0, 0, 1, after_begin, now - after_begin, draft_forwards=0, kind="prefill"), now)
         trace.prefill_time = now
-        drafter.accept(sequence.shape[1])  # (nothing to roll back yet; keeps the begin/propose/accept protocol)
-        finished = eos_token_id is not None and token.item() == eos_token_id
+        drafter.accept(length)  # (nothing to roll back yet; keeps the begin/propose/accept protocol)
+        finished = token in stop_ids
 
-        while not finished and sequence.shape[1] - prompt_length < max_new_tokens:
-            length = sequence.shape[1]  # L committed tokens; the target's cache holds the first L - 1
-            remaining = max_new_tokens - (length - prompt_length)
+        while not finished and length < total_length:
+            remaining = total_length - length
             # k drafts + 1 recovered/bonus token must fit in `remaining`; the forward reaches position L + k - 1
             k = min(gamma, remaining - 1, max_positions - length)
 
             round_start = trace.elapsed(device)
-            draft = drafter.propose(sequence, k, sampling, generator) if k > 0 else Draft.empty(device)
+            draft = drafter.propose(sequence[:, :length], k, sampling, generator) if k > 0 else Draft.empty(device)
             check_draft(draft, k)
-            draft_tokens = draft.tokens.to(device)  # LongTensor[k'], k' <= k
-            if draft_tokens.numel() and int(draft_tokens.max()) >= target_vocab:
-                raise ConfigError(
-                    f"The drafter proposed token id {int(draft_tokens.max())}, outside the target's vocabulary of "
-                    f"{target_vocab}. Draft and target must share a tokenizer (see specdec_lib.vocab)."
-                )
             drafted = len(draft)
-            if getattr(drafter, "cache", None) is not None:
+            draft_tokens = draft.tokens.to(device)  # LongTensor[k'], k' <= k
+            _check_draft_ids(draft_tokens, readable_ids)
+            if record_memory and getattr(drafter, "cache", None) is not None:
                 trace.note_kv_bytes("draft", cache_bytes(drafter.cache).allocated)
             verify_start = trace.elapsed(device)
 
-            pending = sequence[:, cache_length(cache) :]  # [1, 1]: the last committed token, not yet in the cache
-            step_input = torch.cat([pending, draft_tokens.view(1, -1)], dim=1)  # [1, 1 + k']
+            sequence[0, length : length + drafted] = draft_tokens
+            step_input = sequence[:, length - 1 : length + drafted]  # [1, 1 + k']: last committed token + drafts
             logits = forward_with_cache(target, step_input, cache, logits_to_keep=drafted + 1)[0]  # [k' + 1, V]
-            trace.note_kv_bytes("target", cache_bytes(cache).allocated)  # the peak: drafts in, before rollback
-            accepted, next_token = _verify(
-                logits, draft_tokens, draft.probs, sampling, generator, verification, lenience
-            )
+            if record_memory:
+                trace.note_kv_bytes("target", cache_bytes(cache).allocated)  # the peak: drafts in, before rollback
+            verdict = _verify(logits, draft_tokens, draft.probs, sampling, generator, verification, lenience)
 
-            new = draft_tokens[:accepted].tolist() + [next_token]  # accepted drafts + recovered/bonus token
-            if eos_token_id is not None and eos_token_id in new:
-                new = new[: new.index(eos_token_id) + 1]  # an accepted EOS ends generation right after it
-                finished = True
-            new = new[:remaining]  # never more than max_new_tokens (k <= remaining - 1 already ensures it)
-            sequence = torch.cat([sequence, torch.tensor([new], dtype=torch.long, device=device)], dim=1)
-            crop_cache(cache, sequence.shape[1] - 1)  # drop rejected drafts; the last token is fed next round
+            accepted = verdict.num_accepted
+            sequence[0, length + accepted] = verdict.next_token  # the recovered token replaces the first rejection
+            emitted = accepted + 1
+            if stop_ids:
+                stop = _first_stop(sequence[0, length : length + emitted].tolist(), stop_ids)
+                if stop is not None:  # an accepted EOS ends generation right after it
+                    emitted, finished = stop + 1, True
+            length += emitted  # never past total_length: k <= remaining - 1
+            crop_cache(cache, length - 1)  # drop rejected drafts; the last token is fed next round
             verify_end = trace.elapsed(device)
 
-            drafter.accept(sequence.shape[1])
+            drafter.accept(length)
             now = trace.elapsed(device)
             record = RoundRecord(
                 drafted=drafted,
                 accepted=accepted,
-                emitted=len(new),
+                emitted=emitted,
                 draft_time=(verify_start - round_start) + (now - verify_end),
                 verify_time=verify_end - verify_start,
                 draft_forwards=draft.forwards,
+                kind=verdict.kind if drafted else "target",
             )
             trace.add_round(record, verify_end)
 
     name = getattr(drafter, "name", type(drafter).__name__)
-    return GenerationResult(sequence=sequence, prompt_length=prompt_length, method=f"speculative[{name}]", trace=trace)
+    return GenerationResult(
+        sequence=sequence[:, :length], prompt_length=prompt_length, method=f"speculative[{name}]", trace=trace
+    )

@@ -9,11 +9,26 @@ Vocabulary (used the same way in code, notebooks and plots):
 - **token times** are seconds since the start of generation at which each new token became available.
   Tokens emitted by the same round become available together and share a time.
 
+**Acceptance, four numbers, one name each** (the same names in the library, the bench, the notebooks, the README):
+
+| name | definition | function |
+|---|---|---|
+| **alpha** (α) | per-token acceptance, the parameter of Leviathan et al.'s theory: accepted drafts / drafts the target *examined* (a round examines drafts up to and including its first rejection) | `per_token_acceptance` |
+| **acceptance rate** | accepted / drafted tokens (drafts after a rejection count as drafted, never examined) | `acceptance_rate` |
+| **mean acceptance length** | tokens emitted per verification round, the recovered or bonus token included, the prefill (and rounds that drafted nothing) excluded: ``1 + accepted / verification rounds`` (vLLM's convention) | `mean_acceptance_length` |
+| **per-position acceptance** | P(draft i accepted), i = 1 .. γ: the share of rounds drafting at least i tokens whose i-th draft survived | `per_position_acceptance` |
+
+With independent acceptance at rate α and γ drafts per round, mean acceptance length is
+``(1 - α^(γ+1)) / (1 - α)`` and per-position acceptance ``α^i``; acceptance rate is lower than α whenever drafts
+are wasted after a rejection. `tokens_per_target_forward` (all new tokens / all target forwards, the prefill
+included) is a fifth, different number: what the whole generation got per expensive step.
+
 The metric functions are pure (a trace in, numbers out), so they can be tested on hand-made traces.
 """
 
 import time
 from dataclasses import dataclass, field
+from typing import Literal
 
 import torch
 
@@ -21,9 +36,16 @@ from .devices import synchronize
 from .errors import ConfigError
 
 
+RoundKind = Literal["prefill", "target", "recovered", "bonus"]
+
+
 @dataclass
 class RoundRecord:
-    """What happened in one target forward (one round)."""
+    """What happened in one target forward (one round).
+
+    ``kind`` names the token the target itself added: ``"prefill"`` (the prompt's forward), ``"target"`` (a round
+    that verified nothing: every baseline step, or a drafter that proposed nothing), ``"recovered"`` (it replaced
+    the first rejected draft) or ``"bonus"`` (every draft was accepted)."""
 
     drafted: int  # draft tokens proposed to the target this round (0 for the baseline and the prefill)
     accepted: int  # draft tokens the target accepted (0 <= accepted <= drafted)
@@ -31,6 +53,7 @@ class RoundRecord:
     draft_time: float  # seconds spent drafting this round
     verify_time: float  # seconds spent in the target forward and acceptance test
     draft_forwards: int  # forwards of the draft model this round (0 for drafters without a model)
+    kind: RoundKind = "target"
 
 
 @dataclass
@@ -139,6 +162,23 @@ def draft_forwards(trace: Trace) -> int:
     return sum(record.draft_forwards for record in trace.rounds)
 
 
+def _examined(record: RoundRecord) -> int:
+    """Drafts the target examined in one round: the accepted ones and the first rejected one (if any)."""
+    return min(record.accepted + 1, record.drafted)
+
+
+def per_token_acceptance(trace: Trace) -> float | None:
+    """**alpha**: accepted drafts / examined drafts, ``sum(accepted) / sum(min(accepted + 1, drafted))``.
+
+    Each examined draft is one accept-or-reject trial (a round stops at its first rejection, so later drafts are
+    never tried); with independent trials of probability α this is the maximum-likelihood estimate of Leviathan
+    et al.'s α. None if nothing was drafted."""
+    examined = sum(_examined(record) for record in trace.rounds)
+    if examined == 0:
+        return None
+    return sum(record.accepted for record in trace.rounds) / examined
+
+
 def acceptance_rate(trace: Trace) -> float | None:
     """Fraction of drafted tokens the target accepted, ``sum(accepted) / sum(drafted)``; None if nothing was drafted."""
     drafted = sum(record.drafted for record in trace.rounds)
@@ -163,11 +203,22 @@ def per_position_acceptance(trace: Trace) -> list[float]:
     return rates
 
 
-def tokens_per_target_forward(trace: Trace) -> float | None:
-    """Mean tokens emitted per target forward, ``sum(emitted) / rounds`` (1.0 for the baseline); None if no rounds.
+def mean_acceptance_length(trace: Trace) -> float | None:
+    """**Mean acceptance length**: ``1 + sum(accepted) / verification rounds``, over the rounds that verified at least
+    one draft (the prefill and empty drafts excluded; vLLM's convention). Between 1 and γ + 1; what the theory's
+    ``expected_tokens_per_round`` predicts. None if nothing was drafted."""
+    verified = [record for record in trace.rounds if record.drafted > 0]
+    if not verified:
+        return None
+    return 1 + sum(record.accepted for record in verified) / len(verified)
 
-    This is the "mean accepted length including the bonus token" of the literature: the speed-up speculative
-    decoding would give if drafting were free.
+
+def tokens_per_target_forward(trace: Trace) -> float | None:
+    """All new tokens per target forward, ``sum(emitted) / rounds`` (1.0 for the baseline); None if no rounds.
+
+    The prefill and the rounds that drafted nothing are included, so this is *below* the mean acceptance length
+    (`mean_acceptance_length`); it is what the whole generation got per expensive step, the speed-up speculative
+    decoding would give if drafting and verifying several tokens were free.
     """
     if not trace.rounds:
         return None
@@ -191,6 +242,9 @@ def summarize(result: GenerationResult) -> dict[str, object]:
         "verify_time_s": sum(record.verify_time for record in trace.rounds),
         "target_forwards": target_forwards(trace),
         "draft_forwards": draft_forwards(trace),
+        "alpha": per_token_acceptance(trace),
         "acceptance_rate": acceptance_rate(trace),
+        "mean_acceptance_length": mean_acceptance_length(trace),
+        "per_position_acceptance": per_position_acceptance(trace),
         "tokens_per_target_forward": tokens_per_target_forward(trace),
     }

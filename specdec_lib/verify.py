@@ -24,8 +24,32 @@ import torch
 from .errors import ConfigError
 from .sampling import sample_token
 
+Kind = Literal["recovered", "bonus"]
 
-def verify_greedy(target_logits: torch.Tensor, draft_tokens: torch.Tensor) -> tuple[int, int]:
+
+@dataclass(frozen=True)
+class VerifyResult:
+    """The outcome of one round of verification, greedy (`verify_greedy`) or sampling (`verify_exact`, ...).
+
+    ``num_accepted`` n: the draft tokens ``draft_tokens[:n]`` the target keeps (0 <= n <= k);
+    ``next_token``: the token the target appends after them;
+    ``kind``: ``"recovered"`` when a draft was rejected (n < k: the target's own choice there, drawn from the
+    residual ``norm(max(p_n - q_n, 0))`` when sampling) or ``"bonus"`` when all k were accepted (the target's next
+    token after them, for free).
+    The round emits ``draft_tokens[:n] + [next_token]``: ``emitted = n + 1`` tokens.
+    """
+
+    num_accepted: int
+    next_token: int
+    kind: Kind
+
+    @property
+    def emitted(self) -> int:
+        """Tokens this round appends: the accepted drafts plus the recovered or bonus token."""
+        return self.num_accepted + 1
+
+
+def verify_greedy(target_logits: torch.Tensor, draft_tokens: torch.Tensor) -> VerifyResult:
     """Greedy verification of ``draft_tokens: LongTensor[k]`` against ``target_logits: FloatTensor[k + 1, V]``.
 
     With ``t_i = argmax(target_logits[i])`` (ties to the lowest id, as in greedy decoding):
@@ -36,7 +60,8 @@ def verify_greedy(target_logits: torch.Tensor, draft_tokens: torch.Tensor) -> tu
 
     The emitted tokens ``draft_tokens[:n] + [next_token]`` are exactly what the target's own greedy decoding
     would produce, which is why greedy speculative decoding is token-identical to the target alone.
-    EOS-agnostic: stopping at an end-of-sequence token is the generation loop's job. Returns Python ints.
+    EOS-agnostic: stopping at an end-of-sequence token is the generation loop's job. Returns a `VerifyResult`
+    (the same type as `verify_exact`), ``kind`` ``"recovered"`` or ``"bonus"``.
     """
     if target_logits.ndim != 2:
         raise ConfigError(f"target_logits must have shape [k + 1, V], got {list(target_logits.shape)}.")
@@ -51,7 +76,7 @@ def verify_greedy(target_logits: torch.Tensor, draft_tokens: torch.Tensor) -> tu
     target_choice = target_logits.argmax(dim=-1)  # [k + 1]: t_i, the target's greedy token after d_1 .. d_i
     matches = draft_tokens.to(target_choice.device) == target_choice[:k]  # [k] bool
     num_accepted = int(matches.long().cumprod(dim=0).sum())  # length of the all-True prefix
-    return num_accepted, int(target_choice[num_accepted])
+    return VerifyResult(num_accepted, int(target_choice[num_accepted]), "recovered" if num_accepted < k else "bonus")
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -67,29 +92,6 @@ def verify_greedy(target_logits: torch.Tensor, draft_tokens: torch.Tensor) -> tu
 #   else   y ~ norm(max(p - q, 0))        P(rejection) = 1 - alpha = sum_y max(p(y) - q(y), 0)
 #   total  P(y) = min(p(y), q(y)) + max(p(y) - q(y), 0) = p(y)
 # --------------------------------------------------------------------------------------------------------------
-
-Kind = Literal["recovered", "bonus"]
-
-
-@dataclass(frozen=True)
-class VerifyResult:
-    """The outcome of one round of sampling verification.
-
-    ``num_accepted`` n: the draft tokens ``draft_tokens[:n]`` the target keeps (0 <= n <= k);
-    ``next_token``: the token the target appends after them;
-    ``kind``: ``"recovered"`` when a draft was rejected (n < k; next_token drawn from the residual
-    ``norm(max(p_n - q_n, 0))``) or ``"bonus"`` when all k were accepted (drawn from p_k, for free).
-    The round emits ``draft_tokens[:n] + [next_token]``: ``emitted = n + 1`` tokens.
-    """
-
-    num_accepted: int
-    next_token: int
-    kind: Kind
-
-    @property
-    def emitted(self) -> int:
-        """Tokens this round appends: the accepted drafts plus the recovered or bonus token."""
-        return self.num_accepted + 1
 
 
 def acceptance_probability(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -166,12 +168,30 @@ def _check_verify_inputs(p: torch.Tensor, q: torch.Tensor | None, draft_tokens: 
     return k
 
 
-def _check_lenience(lenience: object) -> None:
+def check_lenience(lenience: object) -> None:
+    """Refuse a lenience that is not a finite number > 0 (`verify_relaxed`; 1 is exact verification)."""
     is_number = isinstance(lenience, (int, float)) and not isinstance(lenience, bool)
     if not is_number or not math.isfinite(lenience) or lenience <= 0:
         raise ConfigError(
             f"lenience must be a finite number > 0, got {lenience!r}. 1 is exact verification; e.g. 2 accepts "
             "min(1, 2 p/q) of the drafts (more tokens per round, but NOT the target's distribution)."
+        )
+
+
+def _check_drafts_possible(q_draft: torch.Tensor, tokens: torch.Tensor) -> None:
+    """Refuse a draft token whose reported probability ``q_i(x_i)`` is 0: the drafter cannot have drawn it from q.
+
+    Such a q is a drafter bug (it reports another distribution than it sampled from), and the rule
+    ``u q < p`` would accept the token whenever p > 0, silently breaking the target's distribution. Refused loudly
+    rather than rejected quietly (vLLM's choice), so the drafter's author hears of it."""
+    impossible = (q_draft <= 0).nonzero()
+    if impossible.numel():
+        i = int(impossible[0, 0])
+        raise ConfigError(
+            f"Draft token {int(tokens[i])} at position {i} has probability q = 0 in the distribution the drafter "
+            "reported for it, so it cannot have been drawn from that distribution. A drafter must report in "
+            "Draft.probs the distribution it actually sampled each token from (the same logits_to_probs processing), "
+            "or probs=None for a point mass (see specdec_lib.drafters.base)."
         )
 
 
@@ -191,9 +211,10 @@ def _rejection_sample(
     rows = torch.arange(k, device=p.device)
     p_draft = p[rows, tokens]  # [k]: p_i(x_i), the target's probability of each draft token
     q_draft = q[rows, tokens]  # [k]: q_i(x_i), the probability the drafter drew it with
+    _check_drafts_possible(q_draft, tokens)
     u = torch.rand(k, generator=generator, device=p.device)  # [k]: one uniform u_i ~ U[0, 1) per position
-    # accept x_i  <=>  u_i < min(1, l p_i(x_i) / q_i(x_i))  <=>  u_i q_i(x_i) < l p_i(x_i)   (no division: q = 0 and
-    # p > 0 accepts, p = 0 rejects, never NaN; l = lenience, 1 for exact verification)
+    # accept x_i  <=>  u_i < min(1, l p_i(x_i) / q_i(x_i))  <=>  u_i q_i(x_i) < l p_i(x_i)   (no division, never NaN:
+    # q_i(x_i) > 0 is checked above; p = 0 rejects; l = lenience, 1 for exact verification)
     accepted = u * q_draft < lenience * p_draft  # [k] bool
     n = int(accepted.long().cumprod(dim=0).sum())  # accepted drafts: the all-True prefix, stop at the first rejection
     if n < k:
@@ -228,8 +249,10 @@ def verify_exact(
     The emitted tokens are then distributed exactly as if the target had sampled them one by one, whatever q is,
     *as long as q is the distribution the drafts were really drawn from*. A drafter reporting another q (the
     un-tempered softmax while sampling at temperature 0.7, one-hot rows while sampling...) silently changes the
-    output distribution. Zeros in p or q and the all-zero residual (only when ``p_i == q_i``; see
-    `residual_distribution`) are handled without NaNs. With one-hot p and q this is exactly `verify_greedy`.
+    output distribution. A draft token the reported q gives probability 0 is refused with a `ConfigError` (the
+    drafter cannot have drawn it: its q is wrong). Zeros elsewhere in p or q and the all-zero residual (only when
+    ``p_i == q_i``; see `residual_distribution`) are handled without NaNs. With one-hot p and q this is exactly
+    `verify_greedy`.
     """
     return _rejection_sample(p, q, draft_tokens, generator, lenience=1.0)
 
@@ -250,5 +273,5 @@ def verify_relaxed(
     distribution q. This is the "lenience" knob of Leviathan et al. (2023, appendix A.5), kept here to measure
     what the trade costs; never use it where the speculative output must match the target's.
     """
-    _check_lenience(lenience)
+    check_lenience(lenience)
     return _rejection_sample(p, q, draft_tokens, generator, lenience=float(lenience))

@@ -91,9 +91,9 @@ class _RecordingDrafter(Drafter):
     def device(self) -> torch.device | None:  # type: ignore[override]
         return getattr(self.inner, "device", None)
 
-    def begin(self, input_ids: torch.Tensor) -> None:
+    def begin(self, input_ids: torch.Tensor, **limits) -> None:
         self.proposals.clear()
-        self.inner.begin(input_ids)
+        self.inner.begin(input_ids, **limits)
 
     def propose(
         self, sequence: torch.Tensor, k: int, sampling: SamplingConfig, generator: torch.Generator | None

@@ -7,7 +7,8 @@ from conftest import build_tiny_tokenizer
 from specdec_lib.baseline import autoregressive_generate
 from specdec_lib.drafters import Draft, Drafter, DraftModelDrafter, check_draft
 from specdec_lib.errors import ConfigError, InputError
-from specdec_lib.modeling import cache_length, forward_with_cache
+from specdec_lib.modeling import forward_with_cache
+from specdec_lib.kv_cache import cache_length
 from specdec_lib.models import ModelPair
 from specdec_lib.sampling import GREEDY, SamplingConfig, logits_to_probs, make_generator
 
@@ -21,10 +22,9 @@ def test_greedy_draft_is_the_draft_models_own_greedy_continuation(tiny_draft_lla
     expected = autoregressive_generate(tiny_draft_llama, prompt_ids, max_new_tokens=5).new_token_list
     assert draft.tokens.tolist() == expected
     assert draft.tokens.dtype == torch.long and draft.forwards == 5
-    assert draft.probs.shape == (5, tiny_draft_llama.config.vocab_size)
-    assert torch.equal(draft.probs.argmax(-1), draft.tokens) and draft.probs.sum(-1).eq(1).all()  # one-hot rows
+    assert draft.probs is None  # a greedy draft is a point mass: no one-hot rows are built
     # the cache holds the prompt and the first k - 1 drafts: the last draft is fed next round
-    assert cache_length(drafter._cache) == prompt_ids.shape[1] + 4
+    assert cache_length(drafter.cache) == prompt_ids.shape[1] + 4
 
 
 def fresh_proposal(model, sequence, k, sampling=GREEDY, seed=None):
@@ -42,7 +42,7 @@ def test_rollback_after_accept_matches_a_fresh_drafter(tiny_draft_llama, prompt_
     sequence = torch.cat([prompt_ids, draft.tokens[:kept].view(1, -1), correction.view(1, 1)], dim=1)
     drafter.accept(sequence.shape[1])
     # rejected drafts are dropped; after a full accept the last draft and the bonus token are still to be fed
-    assert cache_length(drafter._cache) == min(sequence.shape[1] - 1, prompt_ids.shape[1] + 3)
+    assert cache_length(drafter.cache) == min(sequence.shape[1] - 1, prompt_ids.shape[1] + 3)
     again = drafter.propose(sequence, 3, GREEDY, None)
     assert again.tokens.tolist() == fresh_proposal(tiny_draft_llama, sequence, 3).tokens.tolist()
     assert again.forwards == 3  # the first forward catches up the uncached tokens (1 or 2) in one go

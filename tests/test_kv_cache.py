@@ -7,8 +7,8 @@ from transformers import DynamicCache, Qwen2Config, Qwen2ForCausalLM
 
 from specdec_lib import DraftModelDrafter, autoregressive_generate, speculative_generate
 from specdec_lib.errors import ConfigError, ContextOverflowError
-from specdec_lib.kv_cache import PreallocatedCache, PreallocatedLayer, kv_shape
-from specdec_lib.modeling import cache_length, crop_cache, forward_with_cache, new_cache
+from specdec_lib.kv_cache import PreallocatedCache, PreallocatedLayer, cache_length, crop_cache, kv_shape, new_cache
+from specdec_lib.modeling import forward_with_cache
 from specdec_lib.sampling import SamplingConfig
 
 
@@ -120,10 +120,14 @@ def test_preallocated_speculative_sampling_same_tokens_as_dynamic(tiny_llama, ti
 
 def test_drafter_reuses_preallocated_storage(tiny_llama, tiny_draft_llama, prompt_ids):
     drafter = DraftModelDrafter(tiny_draft_llama, cache_kind="preallocated")
+    speculative_generate(tiny_llama, drafter, prompt_ids, gamma=2, max_new_tokens=8)
     storage = drafter.cache.layers[0].key_storage
-    for _ in range(2):
-        speculative_generate(tiny_llama, drafter, prompt_ids, gamma=2, max_new_tokens=8)
-    assert drafter.cache.layers[0].key_storage is storage  # begin() rewinds the pointer, no new allocation
+    assert storage.shape[-2] == prompt_ids.shape[1] + 8 + 2 + 1  # sized to the generation, not the whole context
+    for max_new_tokens in (8, 4):  # as long or shorter: the storage fits
+        speculative_generate(tiny_llama, drafter, prompt_ids, gamma=2, max_new_tokens=max_new_tokens)
+        assert drafter.cache.layers[0].key_storage is storage  # begin() rewinds the pointer, no new allocation
+    speculative_generate(tiny_llama, drafter, prompt_ids, gamma=2, max_new_tokens=20)  # longer: a new allocation
+    assert drafter.cache.layers[0].key_storage.shape[-2] == prompt_ids.shape[1] + 20 + 2 + 1
 
 
 # ---- caches that cannot roll back -------------------------------------------------------------------------
@@ -150,29 +154,43 @@ def test_sliding_window_rollback_within_window_works():
     torch.testing.assert_close(logits[:, -1], reference[:, -1], rtol=1e-4, atol=1e-5)
 
 
-def test_sliding_window_rollback_past_window_refused():
+def test_sliding_window_rollback_past_window_is_exact_in_past_recording_mode():
+    """new_cache puts sliding layers in transformers' past recording mode: they keep the tokens added since the
+    last crop, so rejected drafts can be dropped even once the window is full (what transformers' assisted
+    generation relies on)."""
     model = sliding_qwen2(window=4)
     cache = new_cache(model)
     with torch.inference_mode():
         forward_with_cache(model, torch.tensor([[0, 5, 17, 42, 3, 8, 61, 7, 9]]), cache)
-    with pytest.raises(ConfigError, match=r"DynamicSlidingWindowLayer.*window 4.*kind='preallocated'"):
-        crop_cache(cache, 7)
-    crop_cache(cache, 9)  # removing nothing is always fine
+        crop_cache(cache, 7)  # drop "7, 9": past the window of 4, yet exact
+        logits = forward_with_cache(model, torch.tensor([[11]]), cache)
+        reference = forward_with_cache(model, torch.tensor([[0, 5, 17, 42, 3, 8, 61, 11]]), None)
+    torch.testing.assert_close(logits[:, -1], reference[:, -1], rtol=1e-4, atol=1e-5)
 
 
-def test_speculative_with_sliding_window_target_refuses_clearly(tiny_draft_llama):
+def test_sliding_window_rollback_of_dropped_keys_refused():
     model = sliding_qwen2(window=4)
-    ids = torch.tensor([[0, 5, 17, 42, 3, 8, 61]])
-    with pytest.raises(ConfigError, match="sliding-window"):
-        speculative_generate(model, DraftModelDrafter(tiny_draft_llama), ids, gamma=4, max_new_tokens=20)
+    cache = new_cache(model)
+    with torch.inference_mode():
+        forward_with_cache(model, torch.tensor([[0, 5, 17, 42, 3, 8, 61, 7, 9]]), cache)
+    crop_cache(cache, 8)  # the crop shrinks the layer back to its last window - 1 = 3 tokens
+    with pytest.raises(ConfigError, match=r"DynamicSlidingWindowLayer.*window 4.*removing 2"):
+        crop_cache(cache, 6)  # those keys are gone
+    crop_cache(cache, 8)  # removing nothing is always fine
+    plain = DynamicCache(config=model.config)  # built without past recording: no rollback past the window
+    with torch.inference_mode():
+        forward_with_cache(model, torch.tensor([[0, 5, 17, 42, 3, 8, 61, 7, 9]]), plain)
+    with pytest.raises(ConfigError, match=r"new_cache\(model\).*activate_past_recording.*kind='preallocated'"):
+        crop_cache(plain, 8)
 
 
-def test_preallocated_cache_is_the_fix_for_sliding_window_models(tiny_draft_llama):
+@pytest.mark.parametrize("kind", ["dynamic", "preallocated"])
+def test_speculative_with_sliding_window_target_equals_its_greedy(tiny_draft_llama, kind):
     model = sliding_qwen2(window=4)
     ids = torch.tensor([[0, 5, 17, 42, 3, 8, 61]])
     expected = autoregressive_generate(model, ids, max_new_tokens=20, use_cache=False).new_token_list
     result = speculative_generate(
-        model, DraftModelDrafter(tiny_draft_llama), ids, gamma=4, max_new_tokens=20, cache_kind="preallocated"
+        model, DraftModelDrafter(tiny_draft_llama), ids, gamma=4, max_new_tokens=20, cache_kind=kind
     )
     assert result.new_token_list == expected
 

@@ -1,7 +1,7 @@
 """The rollback invariant of speculative decoding, checked after every round, and proof that the check bites.
 
 After each round the target's KV cache must equal (allclose) the cache a fresh prefill of the committed tokens
-but the last would build, and the draft model's cache must equal a fresh prefill of what its ``_cached_ids``
+but the last would build, and the draft model's cache must equal a fresh prefill of what its ``state.ids``
 says it holds (a prefix of the committed sequence). The library's loop is not copied: a drafter subclass
 snapshots both caches in `accept` (called right after the target's rollback), and the target's cache is
 captured by wrapping ``specdec_lib.speculative.new_cache``.
@@ -13,10 +13,11 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-import specdec_lib.drafters.draft_model as draft_model_module
+import specdec_lib.drafters.cached_model as cached_model_module
 import specdec_lib.speculative as speculative_module
 from specdec_lib import DraftModelDrafter, autoregressive_generate, speculative_generate
-from specdec_lib.modeling import cache_length, forward_with_cache, new_cache
+from specdec_lib.modeling import forward_with_cache
+from specdec_lib.kv_cache import new_cache
 from specdec_lib.sampling import GREEDY, SamplingConfig
 
 PROMPTS = [[0, 5, 17, 42, 3, 8, 61], [0, 9], [0, 33, 33, 12, 50, 7, 7, 7, 21, 40, 2, 6]]
@@ -72,7 +73,7 @@ class SnapshotDrafter(DraftModelDrafter):
     def accept(self, sequence_length: int) -> None:
         super().accept(sequence_length)
         self.snapshots.append(
-            Snapshot(sequence_length, kv(self.target_caches[-1]), kv(self.cache), self._cached_ids.clone())
+            Snapshot(sequence_length, kv(self.target_caches[-1]), kv(self.cache), self.state.ids.clone().view(1, -1))
         )
 
 
@@ -82,8 +83,8 @@ def captured_target_caches(monkeypatch) -> list:
     caches = []
     real_new_cache = speculative_module.new_cache
 
-    def capturing(model, kind="dynamic"):
-        cache = real_new_cache(model, kind)
+    def capturing(model, kind="dynamic", **options):
+        cache = real_new_cache(model, kind, **options)
         caches.append(cache)
         return cache
 
@@ -175,16 +176,7 @@ def test_invariant_holds_with_preallocated_caches(target, close_draft, captured_
 def disable_target_rollback(monkeypatch) -> None:
     """The loop *believes* it cropped the target's cache (its bookkeeping moves on) but the cache keeps the
     rejected drafts' keys/values: the next forward places its tokens after them and attends to them."""
-    believed: dict[int, int] = {}
-
-    def forgetful_crop(cache, length):
-        believed[id(cache)] = length
-
-    def believed_length(cache):
-        return believed.get(id(cache), cache_length(cache))
-
-    monkeypatch.setattr(speculative_module, "crop_cache", forgetful_crop)
-    monkeypatch.setattr(speculative_module, "cache_length", believed_length)
+    monkeypatch.setattr(speculative_module, "crop_cache", lambda cache, length: None)
 
 
 @pytest.mark.parametrize("prompt", PROMPTS)
@@ -205,7 +197,7 @@ def test_without_draft_rollback_check_catches_it_though_greedy_tokens_survive(
     speed suffers), which is exactly why the cache check, not the tokens, must catch this bug."""
     ids = torch.tensor([PROMPTS[0]])
     expected = autoregressive_generate(target, ids, max_new_tokens=16).new_token_list
-    monkeypatch.setattr(draft_model_module, "crop_cache", lambda cache, length: None)
+    monkeypatch.setattr(cached_model_module, "crop_cache", lambda cache, length: None)
     result, snapshots = run_with_snapshots(target, close_draft, ids, captured_target_caches, gamma=3, max_new_tokens=16)
     assert result.new_token_list == expected
     violations = rollback_violations(target, close_draft, result.sequence, snapshots)

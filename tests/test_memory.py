@@ -12,7 +12,8 @@ from specdec_lib.memory import (
     memory_report,
     weight_bytes,
 )
-from specdec_lib.modeling import crop_cache, forward_with_cache, new_cache
+from specdec_lib.modeling import forward_with_cache
+from specdec_lib.kv_cache import crop_cache, kv_shape, new_cache
 
 
 def test_weight_bytes_counts_parameters_and_buffers_once(tiny_llama):
@@ -61,14 +62,25 @@ def test_memory_report(tiny_llama, tiny_draft_llama):
     assert format_bytes(1536) == "1.5 KiB" and format_bytes(12) == "12 B" and format_bytes(3 * 2**20) == "3.0 MiB"
 
 
+def test_memory_is_only_measured_when_asked(tiny_llama, tiny_draft_llama, prompt_ids):
+    result = speculative_generate(tiny_llama, DraftModelDrafter(tiny_draft_llama), prompt_ids, gamma=4, max_new_tokens=8)
+    assert result.trace.peak_kv_bytes == {}  # off the hot path by default
+
+
 def test_trace_records_peak_kv_bytes_of_both_caches(tiny_llama, tiny_draft_llama, prompt_ids):
     for kind in ("dynamic", "preallocated"):
         drafter = DraftModelDrafter(tiny_draft_llama, cache_kind=kind)
-        result = speculative_generate(tiny_llama, drafter, prompt_ids, gamma=4, max_new_tokens=20, cache_kind=kind)
+        result = speculative_generate(
+            tiny_llama, drafter, prompt_ids, gamma=4, max_new_tokens=20, cache_kind=kind, record_memory=True
+        )
         peak = result.trace.peak_kv_bytes
         assert set(peak) == {"target", "draft"}
         if kind == "preallocated":
-            assert peak == {"target": kv_cache_bytes_at(tiny_llama), "draft": kv_cache_bytes_at(tiny_draft_llama)}
+            # sized to what this generation needs (prompt + max_new_tokens + gamma + 1), not to the whole context
+            needed = prompt_ids.shape[1] + 20 + 4 + 1
+            assert peak == {"target": kv_cache_bytes_at(tiny_llama, needed),
+                            "draft": kv_cache_bytes_at(tiny_draft_llama, needed)}
+            assert needed < kv_shape(tiny_llama)["context"]
         else:
             # the target's cache peaks after a verification forward: at most prompt + new tokens + unverified drafts
             total = result.sequence.shape[1]

@@ -4,15 +4,13 @@ import pytest
 import torch
 
 from specdec_lib.errors import ConfigError, ContextOverflowError, InputError
+from specdec_lib.kv_cache import cache_length, crop_cache, new_cache
 from specdec_lib.modeling import (
-    cache_length,
     check_fits_context,
     check_generation_inputs,
     check_input_ids,
     context_length,
-    crop_cache,
     forward_with_cache,
-    new_cache,
 )
 
 

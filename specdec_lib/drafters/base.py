@@ -3,7 +3,8 @@
 Drafting is separated from verification (as in transformers' candidate generators): `speculative_generate`
 owns the target model and the acceptance test, and talks to any drafter through three calls per generation:
 
-    drafter.begin(input_ids)                            once, before the first round: forget the last generation
+    drafter.begin(input_ids, max_length=N, target_vocab_size=V)
+                                                        once, before the first round: forget the last generation
     draft = drafter.propose(sequence, k, sampling, g)   each round: up to k tokens to continue `sequence`
     drafter.accept(new_length)                          each round: the committed sequence now has new_length tokens
 
@@ -11,9 +12,11 @@ The contract that matters most: **a drafter reports the distribution it actually
 (``Draft.probs``). Exact speculative sampling accepts a draft token x with probability ``min(1, p(x) / q(x))``;
 if q is not the real sampling distribution (say, the drafter sampled at temperature 0.7 but reported its
 temperature-1 softmax, or applied top-k only when sampling), the output distribution silently stops being the
-target's. Real systems have shipped this bug. A greedy drafter reports one-hot rows; a drafter with no
-distribution at all (prompt lookup copies tokens from the context) reports None, and exact verification then
-treats each token as drawn from a point mass.
+target's. Real systems have shipped this bug. A greedy drafter and a drafter with no distribution at all (prompt
+lookup copies tokens from the context) report None: exact verification then treats each token as drawn from a
+point mass (a one-hot row, which a greedy drafter would otherwise build for nothing). Rows of ``probs`` are over
+the *target's* ids (``target_vocab_size`` of them): a draft model whose embedding table is padded beyond the
+target's vocabulary gives its extra ids no mass.
 """
 
 from abc import ABC, abstractmethod
@@ -30,9 +33,9 @@ class Draft:
     """What a drafter proposes in one round.
 
     ``tokens: LongTensor[k']`` the proposed continuation, ``k' <= k`` (``k' = 0`` is allowed: nothing to propose);
-    ``probs: FloatTensor[k', V] | None`` row i is the distribution ``tokens[i]`` was drawn from (one-hot for a
-    greedy draft; None when the drafter has no distribution); ``forwards`` counts the drafter's model forwards
-    this round (0 for drafters without a model).
+    ``probs: FloatTensor[k', V] | None`` row i is the distribution over the target's V ids that ``tokens[i]`` was
+    drawn from (None for a point mass: a greedy draft, or a drafter with no distribution); ``forwards`` counts the
+    drafter's model forwards this round (0 for drafters without a model).
     """
 
     tokens: torch.Tensor  # LongTensor[k']
@@ -59,8 +62,14 @@ class Drafter(ABC):
     name: str = "drafter"
     device: torch.device | None = None
 
-    def begin(self, input_ids: torch.Tensor) -> None:
-        """Reset all state for a new generation whose prompt is ``input_ids: LongTensor[1, T]``."""
+    def begin(
+        self, input_ids: torch.Tensor, *, max_length: int | None = None, target_vocab_size: int | None = None
+    ) -> None:
+        """Reset all state for a new generation whose prompt is ``input_ids: LongTensor[1, T]``.
+
+        ``max_length``: the most positions the generation will reach (prompt + max_new_tokens + gamma + 1), to size
+        buffers by; ``target_vocab_size``: the width V of the target's logits, the ids ``Draft.probs`` rows cover.
+        None: unknown (the drafter's own context and vocabulary)."""
 
     @abstractmethod
     def propose(
@@ -68,7 +77,7 @@ class Drafter(ABC):
     ) -> Draft:
         """Propose at most ``k`` tokens to follow ``sequence: LongTensor[1, L]`` (prompt + committed tokens).
 
-        Greedy ``sampling`` means argmax tokens with one-hot ``probs``; otherwise draw each token from
+        Greedy ``sampling`` means argmax tokens with ``probs=None``; otherwise draw each token from
         ``logits_to_probs(logits, sampling)`` with ``generator`` and return exactly those rows as ``probs``.
         """
 

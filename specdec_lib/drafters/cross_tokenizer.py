@@ -34,11 +34,12 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ..errors import ConfigError
-from ..modeling import cache_length, context_length, crop_cache, forward_with_cache, new_cache
+from ..modeling import context_length
 from ..models import ModelPair
 from ..sampling import SamplingConfig, logits_to_probs, sample_token
 from ..vocab import vocabulary_intersection
 from .base import Draft, Drafter
+from .cached_model import CachedModel
 
 REPLACEMENT = "\ufffd"  # what decoding an incomplete UTF-8 sequence gives ("�")
 
@@ -163,6 +164,7 @@ class CrossTokenizerDrafter(Drafter):
         self.lookbehind = lookbehind
         self.max_positions = context_length(draft_model)
         self.draft_eos = draft_tokenizer.eos_token_id
+        self.state = CachedModel(draft_model)  # the draft model, its cache and the draft ids in it
         self.begin(torch.zeros(1, 1, dtype=torch.long))
 
     @classmethod
@@ -174,42 +176,35 @@ class CrossTokenizerDrafter(Drafter):
     def device(self) -> torch.device:  # type: ignore[override]
         return self.model.device
 
-    def begin(self, input_ids: torch.Tensor) -> None:
-        self._cache = new_cache(self.model)
-        self._cached: list[int] = []  # draft ids whose keys/values are in the cache
+    @property
+    def cache(self):
+        """The draft model's KV cache (read-only use: memory accounting, tests)."""
+        return self.state.cache
+
+    def begin(
+        self, input_ids: torch.Tensor, *, max_length: int | None = None, target_vocab_size: int | None = None
+    ) -> None:
+        """A new generation: an empty draft cache (draft ids are counted in the draft tokenizer, so
+        ``max_length``, in target tokens, does not size it) and a fresh text context."""
+        self.state.reset()
         self._context = _DraftContext(self.draft_tokenizer, self.lookbehind)
         self._last: dict | None = None  # what the last proposal needs for `accept`
 
-    # ------------------------------------------------------------------ the draft model and its cache
-
-    def _sync_cache(self, context: list[int]) -> None:
-        """Crop the cache to its longest common prefix with ``context`` (keeping >= 1 id to feed)."""
-        keep = 0
-        limit = min(len(self._cached), len(context) - 1)
-        while keep < limit and self._cached[keep] == context[keep]:
-            keep += 1
-        self._crop_to(keep)
-
-    def _crop_to(self, keep: int) -> None:
-        """Roll the draft cache back to its first ``keep`` ids."""
-        if keep < cache_length(self._cache):
-            crop_cache(self._cache, keep)
-        self._cached = self._cached[:keep]
+    def _sync(self, context: list[int]) -> list[int]:
+        """Crop the draft cache to its longest common prefix with ``context`` (the re-encoding may have changed
+        any id, so all are compared); the ids it lacks (>= 1)."""
+        return self.state.sync(torch.tensor(context, dtype=torch.long, device=self.model.device)).tolist()
 
     def _next_logits(self, ids: list[int]) -> torch.Tensor:
         """Feed ``ids`` after the cache; logits ``[V_draft]`` for the next draft token."""
-        step = torch.tensor([ids], dtype=torch.long, device=self.model.device)
-        logits = forward_with_cache(self.model, step, self._cache, logits_to_keep=1)[0, -1]
-        self._cached.extend(ids)
-        return logits
+        return self.state.feed(torch.tensor(ids, dtype=torch.long, device=self.model.device))
 
     def _draft_greedy(self, context: list[int], k: int) -> tuple[list[int], int]:
         """Up to ``k`` greedy draft ids after ``context``, stopping at the draft's EOS (not included), and the
         number of draft forwards run."""
-        self._sync_cache(context)
+        pending = self._sync(context)
         k = max(0, min(k, self.max_positions - len(context) + 1))
         drafted: list[int] = []
-        pending = context[len(self._cached) :]
         forwards = 0
         for _ in range(k):
             token = int(self._next_logits(pending).argmax())
@@ -285,8 +280,7 @@ class CrossTokenizerDrafter(Drafter):
         accepted = max(0, min(sequence_length - 1 - last["length"], len(last["target_ends"])))
         accepted_chars = last["target_ends"][accepted - 1] if accepted else 0
         kept = sum(1 for end in last["draft_ends"] if end <= accepted_chars)
-        keep = min(last["context"] + kept, len(self._cached))
-        self._crop_to(keep)
+        self.state.crop(last["context"] + kept)
 
 
 class CrossVocabularySamplingDrafter(CrossTokenizerDrafter):
@@ -360,8 +354,7 @@ class CrossVocabularySamplingDrafter(CrossTokenizerDrafter):
             k = max(0, min(k, self.max_positions - len(context) + 1))
             if k <= 0 or clean < len(ids) or not context:
                 return Draft.empty(self.model.device)
-            self._sync_cache(context)
-            pending = context[len(self._cached) :]
+            pending = self._sync(context)
             tokens, rows = [], []
             for _ in range(k):
                 q = self.target_distribution(self._next_logits(pending), sampling)  # [V_target]
@@ -370,8 +363,9 @@ class CrossVocabularySamplingDrafter(CrossTokenizerDrafter):
                 rows.append(q)
                 pending = [self._to_draft[int(token)]]  # the same text, as the draft's id
             self._last = {"length": len(ids), "context": len(context)}
+            probs = None if sampling.is_greedy else torch.stack(rows)  # greedy: a point mass per token
             return Draft(tokens=torch.tensor(tokens, dtype=torch.long, device=self.model.device),
-                         probs=torch.stack(rows), forwards=len(tokens))
+                         probs=probs, forwards=len(tokens))
 
     def accept(self, sequence_length: int) -> None:
         """Drafted ids map one-to-one to proposed target ids: keep the context and the accepted ones."""
@@ -379,5 +373,4 @@ class CrossVocabularySamplingDrafter(CrossTokenizerDrafter):
         if last is None:
             return
         accepted = max(0, sequence_length - 1 - last["length"])
-        keep = min(last["context"] + accepted, len(self._cached))
-        self._crop_to(keep)
+        self.state.crop(last["context"] + accepted)

@@ -15,11 +15,12 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ..errors import ConfigError, InputError
-from ..modeling import cache_length, check_input_ids, context_length, crop_cache, forward_with_cache, new_cache
+from ..modeling import check_input_ids
 from ..models import ModelPair
 from ..sampling import SamplingConfig, logits_to_probs, sample_token
 from ..vocab import require_same_tokenizer, require_vocab_covers
 from .base import Draft, Drafter
+from .cached_model import CachedModel
 
 
 class DraftModelDrafter(Drafter):
@@ -30,6 +31,11 @@ class DraftModelDrafter(Drafter):
     tokenizers must agree on token strings (`require_same_tokenizer`) and the model's embedding table must
     cover the target tokenizer's ids. The model may use another dtype than the target (logits are float32),
     but must sit on the target's device.
+
+    Padded embedding tables (hub pairs often differ by padding: 151936 vs 152064 rows) are fine either way: the
+    draft only ever proposes ids the target has (its logits are cut to the target's ``V`` before argmax or
+    sampling, so draft-only ids get no mass), and ``Draft.probs`` rows are over the target's ``V`` ids (zero-padded
+    when the draft's table is the smaller one).
     """
 
     name = "draft-model"
@@ -51,91 +57,80 @@ class DraftModelDrafter(Drafter):
             require_vocab_covers(model, target_tokenizer, role="draft")
         self.model = model
         self.vocab_size = model.get_input_embeddings().num_embeddings  # ids the draft model can read
-        self.max_positions = context_length(model)
-        self.cache_kind = cache_kind  # "dynamic" or "preallocated" (see `new_cache`)
-        self._cache = self._new_cache()
-        self._cached_ids = torch.empty(1, 0, dtype=torch.long, device=model.device)  # [1, C]: tokens in the cache
+        self.state = CachedModel(model, cache_kind)  # its cache is allocated by `begin`, sized to the generation
+        self.target_vocab_size = self.vocab_size
+        self._check_ids = True
 
     @classmethod
     def for_pair(cls, pair: ModelPair) -> "DraftModelDrafter":
         """The drafter for ``pair.draft``, after checking it against ``pair.target_tokenizer`` (see the class)."""
         return cls(pair.draft, draft_tokenizer=pair.draft_tokenizer, target_tokenizer=pair.target_tokenizer)
 
-    def _new_cache(self):
-        if self.cache_kind == "dynamic":
-            return new_cache(self.model)
-        if self.cache_kind == "preallocated" and getattr(self, "_cache", None) is not None and hasattr(self._cache, "length"):
-            crop_cache(self._cache, 0)  # reuse the storage allocated once: rollback to 0 is a pointer move
-            return self._cache
-        return new_cache(self.model, self.cache_kind)
-
     @property
     def cache(self):
         """The draft model's KV cache (read-only use: memory accounting, tests)."""
-        return self._cache
+        return self.state.cache
 
     @property
     def device(self) -> torch.device:  # type: ignore[override]
         return self.model.device
 
-    def begin(self, input_ids: torch.Tensor) -> None:
-        """Start a new generation: an empty cache (the prompt is read by the first `propose`)."""
+    def begin(
+        self, input_ids: torch.Tensor, *, max_length: int | None = None, target_vocab_size: int | None = None
+    ) -> None:
+        """Start a new generation: an empty cache sized for ``max_length`` positions (the prompt is read by the
+        first `propose`); drafts and their q cover the target's ``target_vocab_size`` ids (default: the draft's)."""
         check_input_ids(input_ids, self.model)
-        self._cache = self._new_cache()
-        self._cached_ids = input_ids[:, :0].to(self.model.device)
+        self.state.reset(max_length)
+        self.target_vocab_size = self.vocab_size if target_vocab_size is None else int(target_vocab_size)
+        # ids the target produces fit the draft's table when the target's vocabulary is no larger: no check needed
+        self._check_ids = target_vocab_size is None or self.target_vocab_size > self.vocab_size
 
-    def _sync_cache(self, sequence: torch.Tensor) -> None:
-        """Crop the cache to the longest prefix it shares with ``sequence``, keeping >= 1 token to feed.
-
-        Normally a no-op (`accept` already cropped); it makes the drafter correct even if a caller forgot
-        `accept` or reused the drafter on another sequence without `begin`.
-        """
-        cached = self._cached_ids.shape[1]
-        limit = min(cached, sequence.shape[1] - 1)
-        mismatch = (self._cached_ids[0, :limit] != sequence[0, :limit]).nonzero()
-        keep = int(mismatch[0, 0]) if mismatch.numel() else limit
-        if keep < cached:
-            crop_cache(self._cache, keep)
-            self._cached_ids = self._cached_ids[:, :keep]
+    def _over_target_ids(self, probs: torch.Tensor) -> torch.Tensor:
+        """``probs: [V_kept]`` over the target's ids, zero-padded to the target's V when the draft's table is smaller."""
+        missing = self.target_vocab_size - probs.shape[-1]
+        return torch.nn.functional.pad(probs, (0, missing)) if missing > 0 else probs
 
     @torch.inference_mode()
     def propose(
         self, sequence: torch.Tensor, k: int, sampling: SamplingConfig, generator: torch.Generator | None
     ) -> Draft:
-        """Up to ``k`` tokens continuing ``sequence: LongTensor[1, L]``: argmax (greedy, one-hot ``probs``) or
-        drawn from ``logits_to_probs(logits, sampling)`` with ``generator`` (those rows are ``probs``).
+        """Up to ``k`` tokens continuing ``sequence: LongTensor[1, L]``: argmax (greedy, ``probs=None``) or drawn
+        from ``logits_to_probs(logits, sampling)`` with ``generator`` (those rows, over the target's ids, are
+        ``probs``).
 
         Fewer than ``k`` only when the draft model's context would overflow (then possibly 0).
         """
-        sequence = sequence.to(self.model.device)
-        self._sync_cache(sequence)
-        pending = sequence[:, self._cached_ids.shape[1] :]  # [1, P], P >= 1: what the cache lacks
-        if int(pending.max()) >= self.vocab_size:
+        context = sequence[0].to(self.model.device)
+        pending = self.state.sync(context)  # [P], P >= 1: what the cache lacks
+        if self._check_ids and int(pending.max()) >= self.vocab_size:
             raise InputError(
                 f"The sequence contains token id {int(pending.max())}, outside the draft model's vocabulary of "
                 f"{self.vocab_size}. The draft model must cover every id the target can produce."
             )
         # feeding the pending tokens then k - 1 drafts uses positions up to L + k - 2 < max_positions
-        k = max(0, min(k, self.max_positions - sequence.shape[1] + 1))
-        tokens: list[torch.Tensor] = []  # k' x LongTensor[] (scalars)
-        rows: list[torch.Tensor] = []  # k' x FloatTensor[V]
+        k = max(0, min(k, self.state.max_positions - context.shape[0] + 1))
+        kept = min(self.vocab_size, self.target_vocab_size)  # ids both models have: draft-only ids get no mass
+        tokens: list[torch.Tensor] = []  # k' x LongTensor[] (scalars, left on the device)
+        rows: list[torch.Tensor] = []  # k' x FloatTensor[V] (sampling only)
         step_input = pending
         for _ in range(k):
-            logits = forward_with_cache(self.model, step_input, self._cache, logits_to_keep=1)  # [1, 1, V]
-            probs = logits_to_probs(logits[0, -1], sampling)  # [V] the q this token is drawn from
-            token = probs.argmax() if sampling.is_greedy else sample_token(probs, generator)  # LongTensor[]
+            logits = self.state.feed(step_input)[:kept]  # [V_kept]
+            if sampling.is_greedy:
+                token = logits.argmax()  # a point mass: no q row to build
+            else:
+                probs = logits_to_probs(logits, sampling)  # [V_kept] the q this token is drawn from
+                token = sample_token(probs, generator)
+                rows.append(self._over_target_ids(probs))
             tokens.append(token)
-            rows.append(probs)
-            step_input = token.view(1, 1)
+            step_input = token.view(1)
         if not tokens:
             return Draft.empty(self.model.device)
-        drafted = torch.stack(tokens)  # [k']
-        self._cached_ids = torch.cat([sequence, drafted[:-1].view(1, -1)], dim=1)  # the cache: sequence + d_1..d_{k'-1}
-        return Draft(tokens=drafted, probs=torch.stack(rows), forwards=len(tokens))
+        probs = torch.stack(rows) if rows else None
+        return Draft(tokens=torch.stack(tokens), probs=probs, forwards=len(tokens))
 
     def accept(self, sequence_length: int) -> None:
-        """Crop the cache to ``sequence_length - 1`` tokens: everything before the target's last token."""
-        keep = min(self._cached_ids.shape[1], max(sequence_length - 1, 0))
-        if keep < cache_length(self._cache):
-            crop_cache(self._cache, keep)
-        self._cached_ids = self._cached_ids[:, :keep]
+        """Crop the cache to ``sequence_length - 1`` tokens: everything before the target's last token. What is
+        kept then agrees with the committed sequence (the prompt and the accepted drafts), so it is trusted."""
+        self.state.crop(max(sequence_length - 1, 0))
+        self.state.trust(sequence_length - 1)

@@ -24,7 +24,8 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ..baseline import autoregressive_generate
 from ..devices import synchronize
-from ..modeling import crop_cache, forward_with_cache, new_cache
+from ..modeling import forward_with_cache
+from ..kv_cache import crop_cache, new_cache
 from ..trace import GenerationResult
 
 
