@@ -4,7 +4,7 @@ The notebooks in ``course/`` import what they need from here; each name lives in
 small module with one job (see the README's library table).
 """
 from .baseline import autoregressive_generate
-from .devices import describe_device, get_device, seed_everything, synchronize
+from .devices import COURSE_THREADS, course_setup, describe_device, get_device, seed_everything, synchronize
 from .errors import ConfigError, ContextOverflowError, HubUnavailableError, InputError, ModelNotFoundError, SpecdecError
 from .models import ModelPair, list_presets, load_embedded, load_pair
 from .prompts import TASKS, load_prompts

@@ -82,6 +82,22 @@ def seed_everything(seed: int) -> None:
         torch.cuda.manual_seed_all(seed)
 
 
+#: CPU threads every notebook runs with (set by `course_setup`). One, because the course's models are tiny: a
+#: second thread buys them little and costs a lot when the other core is busy (a classroom laptop, nbval in CI),
+#: and every notebook's baseline is then measured under the same setting.
+COURSE_THREADS = 1
+
+
+def course_setup(seed: int = 0, threads: int = COURSE_THREADS) -> torch.device:
+    """What the first cell of every notebook does: seed everything (`seed_everything`), use ``threads`` CPU threads
+    for torch, and return the device to compute on (`get_device`: cuda > mps > cpu, or ``SPECDEC_DEVICE``)."""
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ConfigError(f"threads must be an integer >= 1, got {threads!r}.")
+    seed_everything(seed)
+    torch.set_num_threads(threads)
+    return get_device()
+
+
 def synchronize(device: torch.device | str) -> None:
     """Wait until all queued work on ``device`` has finished, so the next timestamp is honest; no-op on cpu."""
     device = torch.device(device)
