@@ -136,3 +136,18 @@ def test_token_ids_outside_vocabulary_are_explained(tiny_llama):
 def test_bad_max_new_tokens(tiny_llama, prompt_ids, bad):
     with pytest.raises(ConfigError, match=rf"max_new_tokens must be an integer >= 1, got {bad!r}"):
         check_generation_inputs(tiny_llama, prompt_ids, bad)
+
+
+def test_a_compiled_model_is_looked_through_and_gives_the_same_tokens(tiny_llama, tiny_draft_llama, prompt_ids):
+    """torch.compile wraps the model in an OptimizedModule whose forward is (*args, **kwargs): the cache keyword is
+    read from the wrapped module (before core v2 this was refused with "upgrade transformers")."""
+    from specdec_lib import DraftModelDrafter, autoregressive_generate, speculative_generate
+
+    compiled_target = torch.compile(tiny_llama, backend="eager")  # dynamo traces; no C++ toolchain needed
+    compiled_draft = torch.compile(tiny_draft_llama, backend="eager")
+    expected = autoregressive_generate(tiny_llama, prompt_ids, max_new_tokens=12, eos_token_id=None).new_token_list
+    assert autoregressive_generate(compiled_target, prompt_ids, max_new_tokens=12, eos_token_id=None).new_token_list \
+        == expected
+    result = speculative_generate(compiled_target, DraftModelDrafter(compiled_draft), prompt_ids, gamma=3,
+                                  max_new_tokens=12, eos_token_id=None)
+    assert result.new_token_list == expected

@@ -125,3 +125,26 @@ def test_make_generator_rejects_bad_seed():
     assert make_generator(None, "cpu") is None
     with pytest.raises(ConfigError, match="seed must be an integer or None, got '1'"):
         make_generator("1", "cpu")
+
+
+@pytest.mark.parametrize("temperature", [1e-40, 1e-30, 1e-12])
+def test_a_tiny_temperature_is_a_finite_near_greedy_distribution(temperature):
+    """(l - max l) / T stays finite: all mass on the argmax, shared evenly by exact ties (the T -> 0 limit).
+    Before core v2, l / T overflowed to inf and softmax gave NaN, which torch.multinomial refused deep inside."""
+    logits = torch.tensor([[1.0, 3.0, -2.0, 2.9], [0.5, 0.5, -1.0, 0.0]])
+    probs = logits_to_probs(logits, SamplingConfig(temperature=temperature))
+    assert torch.isfinite(probs).all()
+    assert probs[0].tolist() == [0.0, 1.0, 0.0, 0.0] and probs[1].tolist() == [0.5, 0.5, 0.0, 0.0]
+    assert sample_token(probs[0], torch.Generator().manual_seed(0)).item() == 1
+
+
+def test_a_tiny_temperature_decodes_like_greedy(tiny_llama, tiny_draft_llama, prompt_ids):
+    from specdec_lib import DraftModelDrafter, autoregressive_generate, speculative_generate
+
+    tiny = SamplingConfig(temperature=1e-40)
+    greedy = autoregressive_generate(tiny_llama, prompt_ids, max_new_tokens=10, eos_token_id=None).new_token_list
+    assert autoregressive_generate(tiny_llama, prompt_ids, max_new_tokens=10, eos_token_id=None, sampling=tiny,
+                                   seed=0).new_token_list == greedy
+    result = speculative_generate(tiny_llama, DraftModelDrafter(tiny_draft_llama), prompt_ids, gamma=3,
+                                  max_new_tokens=10, eos_token_id=None, sampling=tiny, seed=0)
+    assert result.new_token_list == greedy

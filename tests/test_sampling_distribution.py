@@ -14,13 +14,14 @@ setting. The same test rejects relaxed verification and a drafter that reports t
 The statistics helpers themselves are checked against SciPy first.
 """
 
+import copy
 import math
 
 import pytest
 import scipy.stats
 import torch
 
-from conftest import build_tiny_model, first_layer_draft, sharpen
+from conftest import TINY_VOCAB, build_tiny_model, first_layer_draft, sharpen
 from specdec_lib import DraftModelDrafter, autoregressive_generate, load_pair, load_prompts, speculative_generate
 from specdec_lib.errors import ConfigError
 from specdec_lib.sampling import GREEDY, SamplingConfig, logits_to_probs
@@ -299,3 +300,38 @@ def test_embedded_models_speculative_sampling_matches_the_target_and_relaxed_doe
     assert chi_square_gof(counts_of(relaxed), probs).p_value < 1e-6  # the same tests reject the relaxed rule
     assert chi_square_homogeneity(counts_of(relaxed), baseline).p_value < 1e-6
     assert 0.3 < acceptance < relaxed_acceptance
+
+
+def padded_copy(model, likely: bool, extra: int = 64):
+    """``model`` with its embedding table and LM head padded by ``extra`` rows (as hub pairs differ by padding).
+    ``likely``: the padding ids get real mass (a drafter sampling over them would propose ids the target lacks);
+    else their LM-head rows are zero (logit 0, far below a sharpened model's top-k)."""
+    padded = copy.deepcopy(model)
+    vocab = padded.get_input_embeddings().num_embeddings
+    padded.resize_token_embeddings(vocab + extra, mean_resizing=False)
+    with torch.no_grad():
+        padded.lm_head.weight[vocab:] = padded.lm_head.weight[:vocab].mean(0) * 5 if likely else 0.0
+    return padded
+
+
+@pytest.mark.parametrize("padded", ["draft", "target"])
+def test_a_padded_vocabulary_samples_exactly(tiny_pair, padded):
+    """Draft and target whose embedding tables differ by padding: q is reported over the target's ids (draft-only
+    ids get no mass, missing ones are zero-padded) and speculative sampling keeps the target's distribution.
+    Before core v2 a padded draft raised "p and q must cover the same vocabulary ... must share a tokenizer"."""
+    target, draft = tiny_pair
+    if padded == "draft":
+        draft = padded_copy(draft, likely=True)
+    else:
+        target = padded_copy(target, likely=False)  # a padded target never samples its padding (top-k 8)
+    sampling = SamplingConfig(temperature=1.0, top_k=8)
+    drafter = DraftModelDrafter(draft)
+    categories, probs = categories_for(exact_joint(target, PROMPT, sampling, (8, 6, 4)), 600)
+    samples, acceptance = speculative_samples(target, drafter, PROMPT, sampling, 600)
+    test = chi_square_gof(bucket_counts(samples, categories), probs)
+    assert test.passes(SIGNIFICANCE) and test.cells >= 6, test
+    assert 0.2 < acceptance < 0.95, acceptance
+    drafter.begin(PROMPT, target_vocab_size=target.get_output_embeddings().out_features)
+    draft_out = drafter.propose(PROMPT, 3, sampling, torch.Generator().manual_seed(0))
+    assert draft_out.probs.shape == (3, target.get_output_embeddings().out_features)
+    assert int(draft_out.tokens.max()) < TINY_VOCAB and torch.allclose(draft_out.probs.sum(-1), torch.ones(3))

@@ -268,3 +268,59 @@ def test_a_drafter_proposing_too_much_is_explained(tiny_llama):
 
     with pytest.raises(ConfigError, match="at most k"):
         speculative_generate(tiny_llama, Greedy(), torch.tensor([[3]]), gamma=2, max_new_tokens=4)
+
+
+@pytest.fixture
+def target_with_eos(tiny_llama, references):
+    """A copy of the tiny target whose generation config names its greedy token at index 3 as EOS."""
+    model = copy.deepcopy(tiny_llama)
+    greedy = references[tuple(PROMPTS[0])]
+    model.generation_config.eos_token_id = greedy[3]
+    assert greedy.index(greedy[3]) == 3
+    return model, greedy
+
+
+def test_generation_stops_at_the_models_eos_by_default_like_transformers(target_with_eos, tiny_draft_llama):
+    """Before core v2, eos_token_id defaulted to None: generation ran past the model's EOS unless told its id."""
+    model, greedy = target_with_eos
+    ids = torch.tensor([PROMPTS[0]])
+    with torch.no_grad():
+        hf = model.generate(ids, do_sample=False, max_new_tokens=LONGEST, attention_mask=torch.ones_like(ids),
+                            pad_token_id=model.config.pad_token_id)[0, ids.shape[1]:].tolist()
+    assert hf == greedy[:4]  # transformers stops at the generation config's EOS
+    baseline = autoregressive_generate(model, ids, max_new_tokens=LONGEST)
+    speculative = speculative_generate(model, DraftModelDrafter(tiny_draft_llama), ids, gamma=4, max_new_tokens=LONGEST)
+    assert baseline.new_token_list == speculative.new_token_list == hf
+    # switched off for benchmarks: exactly max_new_tokens
+    off = speculative_generate(model, DraftModelDrafter(tiny_draft_llama), ids, gamma=4, max_new_tokens=LONGEST,
+                               eos_token_id=None)
+    assert off.new_token_list == greedy
+    assert autoregressive_generate(model, ids, max_new_tokens=LONGEST, eos_token_id=None).new_token_list == greedy
+
+
+def test_a_list_of_eos_ids_stops_at_the_first_one_met(target_with_eos, tiny_draft_llama):
+    model, greedy = target_with_eos
+    ids = torch.tensor([PROMPTS[0]])
+    stops = [greedy[5], greedy[2]]
+    first = min(greedy.index(t) for t in stops)
+    result = speculative_generate(model, DraftModelDrafter(tiny_draft_llama), ids, gamma=4, max_new_tokens=LONGEST,
+                                  eos_token_id=stops)
+    assert result.new_token_list == greedy[: first + 1]
+    for bad in ("eos", -1, 2.0, [1, "x"], True):
+        with pytest.raises(ConfigError, match="eos_token_id must be 'auto'"):
+            speculative_generate(model, DraftModelDrafter(tiny_draft_llama), ids, gamma=4, max_new_tokens=4,
+                                 eos_token_id=bad)
+
+
+def test_rounds_record_which_token_the_target_added(tiny_llama, drafts):
+    ids = torch.tensor([PROMPTS[0]])
+    result = speculative_generate(tiny_llama, DraftModelDrafter(drafts["noisy"]), ids, gamma=4,
+                                  max_new_tokens=LONGEST, eos_token_id=None)
+    rounds = result.trace.rounds
+    assert rounds[0].kind == "prefill"
+    for record in rounds[1:]:
+        expected = "target" if record.drafted == 0 else "bonus" if record.accepted == record.drafted else "recovered"
+        assert record.kind == expected
+    assert {"recovered", "bonus"} <= {record.kind for record in rounds}
+    baseline = autoregressive_generate(tiny_llama, ids, max_new_tokens=4)
+    assert [record.kind for record in baseline.trace.rounds] == ["prefill", "target", "target", "target"]

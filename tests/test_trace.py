@@ -12,6 +12,9 @@ from specdec_lib.trace import (
     draft_forwards,
     inter_token_latencies,
     latency_percentiles,
+    mean_acceptance_length,
+    per_position_acceptance,
+    per_token_acceptance,
     summarize,
     target_forwards,
     time_to_first_token,
@@ -49,11 +52,31 @@ def test_count_metrics():
     assert tokens_per_target_forward(trace) == pytest.approx(7 / 3)
 
 
+def test_the_four_acceptance_metrics_by_hand():
+    """Rounds 4/3 (drafts 1-3 accepted, 4 rejected) and 4/1 (draft 1 accepted, 2 rejected, 3-4 never examined)."""
+    trace = speculative_trace()
+    assert per_token_acceptance(trace) == pytest.approx(4 / 6)  # alpha: 4 accepted of 4 + 2 examined
+    assert acceptance_rate(trace) == pytest.approx(4 / 8)  # accepted / drafted
+    assert mean_acceptance_length(trace) == pytest.approx((4 + 2) / 2)  # per verification round, prefill excluded
+    assert per_position_acceptance(trace) == pytest.approx([1.0, 0.5, 0.5, 0.0])
+    # the prefill is what made "tokens per target forward" read below the mean acceptance length (core v2, §1)
+    assert tokens_per_target_forward(trace) == pytest.approx(7 / 3)
+    assert tokens_per_target_forward(trace) < mean_acceptance_length(trace)
+
+
+def test_mean_acceptance_length_ignores_rounds_that_drafted_nothing():
+    trace = speculative_trace()
+    trace.add_round(RoundRecord(0, 0, 1, draft_time=0.0, verify_time=0.03, draft_forwards=0), at=0.25)
+    assert mean_acceptance_length(trace) == pytest.approx(3.0)
+    assert per_token_acceptance(Trace(start_time=0.0)) is None and mean_acceptance_length(Trace(start_time=0.0)) is None
+
+
 def test_baseline_like_trace():
     trace = Trace(start_time=0.0)
     for t in (0.5, 0.6, 0.8):
         trace.add_round(RoundRecord(0, 0, 1, draft_time=0.0, verify_time=0.1, draft_forwards=0), t)
     assert acceptance_rate(trace) is None  # nothing drafted
+    assert per_token_acceptance(trace) is None and mean_acceptance_length(trace) is None
     assert tokens_per_target_forward(trace) == 1.0
     assert inter_token_latencies(trace) == pytest.approx([0.1, 0.2])
 
@@ -97,7 +120,10 @@ def test_generation_result_and_summary():
     assert summary["method"] == "speculative"
     assert summary["prompt_tokens"] == 3 and summary["new_tokens"] == 7
     assert summary["target_forwards"] == 3 and summary["draft_forwards"] == 8
+    assert summary["alpha"] == pytest.approx(4 / 6)
     assert summary["acceptance_rate"] == pytest.approx(0.5)
+    assert summary["mean_acceptance_length"] == pytest.approx(3.0)
+    assert summary["per_position_acceptance"] == pytest.approx([1.0, 0.5, 0.5, 0.0])
     assert summary["tokens_per_target_forward"] == pytest.approx(7 / 3)
     assert summary["time_to_first_token_s"] == 0.1
     assert summary["inter_token_latency_p50_s"] == pytest.approx(0.05)

@@ -1,0 +1,83 @@
+"""The library's house rules, checked: no import cycles between its modules, no module over about 500 lines.
+
+An import cycle (kv_cache <-> modeling before core v2, dodged with an import deferred into a function) makes a
+module impossible to read or test on its own; a module of a thousand lines (the old benchmarking.py) holds several
+jobs. Both are read from the source with `ast`, so the check needs no import.
+"""
+
+import ast
+from pathlib import Path
+
+LIBRARY = Path(__file__).resolve().parents[1] / "specdec_lib"
+MAX_LINES = 500
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(LIBRARY.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_library_modules(path: Path, modules: set[str]) -> set[str]:
+    """The specdec_lib modules ``path`` imports, anywhere in the file (deferred imports included)."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            candidates = [base] + [f"{base}.{alias.name}" for alias in node.names]
+        elif isinstance(node, ast.Import):
+            candidates = [alias.name for alias in node.names]
+        else:
+            continue
+        found |= {c for c in candidates if c in modules and c != name}
+    return found
+
+
+def library_graph() -> dict[str, set[str]]:
+    paths = sorted(LIBRARY.rglob("*.py"))
+    modules = {module_name(p) for p in paths}
+    # a package's __init__ re-exports its submodules: importing a submodule runs it, which is not a cycle
+    return {module_name(p): {m for m in imported_library_modules(p, modules) if not module_name(p).startswith(m + ".")
+                             and not (p.name == "__init__.py")} for p in paths}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}  # 1 visiting, 2 done
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for target in sorted(graph.get(node, ())):
+            if state.get(target) == 1:
+                return stack[stack.index(target):] + [target]
+            if target not in state and (cycle := visit(target)):
+                return cycle
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def test_the_cycle_finder_finds_cycles():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_no_import_cycles_between_library_modules():
+    graph = library_graph()
+    assert "specdec_lib.modeling" in graph["specdec_lib.kv_cache"]  # kv_cache builds on modeling ...
+    assert find_cycle(graph) is None, f"import cycle: {' -> '.join(find_cycle(graph))}"  # ... never the other way
+
+
+def test_no_library_module_over_the_limit():
+    long = {module_name(p): n for p in LIBRARY.rglob("*.py") if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert not long, f"modules over {MAX_LINES} lines (split them, one job per module): {long}"
