@@ -27,9 +27,9 @@ from .modeling import check_generation_inputs, context_length, forward_with_cach
 from .sampling import GREEDY, SamplingConfig, logits_to_probs, make_generator, sample_token
 from .stopping import AUTO, stop_token_ids
 from .trace import GenerationResult, RoundRecord, Trace
-from .verify import VerifyResult, check_lenience, verify_exact, verify_greedy, verify_relaxed
+from .verify import VerifyResult, check_lenience, verify_block, verify_exact, verify_greedy, verify_relaxed
 
-VERIFICATIONS = ("exact", "relaxed")
+VERIFICATIONS = ("exact", "block", "relaxed")
 
 
 def check_gamma(gamma: object) -> None:
@@ -59,8 +59,9 @@ def _check_sampling(sampling: SamplingConfig, verification: str = "exact", lenie
         raise ConfigError(f"sampling must be a SamplingConfig, got {type(sampling).__name__}. Use e.g. GREEDY.")
     if verification not in VERIFICATIONS:
         raise ConfigError(
-            f"verification must be 'exact' (rejection sampling, keeps the target's distribution) or 'relaxed' "
-            f"(accepts more, changes the distribution), got {verification!r}."
+            f"verification must be 'exact' (token-wise rejection sampling), 'block' (block verification: the "
+            f"accepted prefix decided jointly; both keep the target's distribution) or 'relaxed' (accepts more, "
+            f"changes the distribution), got {verification!r}."
         )
     if verification == "relaxed":
         if sampling.is_greedy:
@@ -71,7 +72,8 @@ def _check_sampling(sampling: SamplingConfig, verification: str = "exact", lenie
         check_lenience(lenience)
     elif lenience is not None:
         raise ConfigError(
-            f"lenience={lenience!r} only applies to verification='relaxed'; exact verification has no lenience."
+            f"lenience={lenience!r} only applies to verification='relaxed'; {verification} verification has no "
+            "lenience."
         )
 
 
@@ -84,7 +86,8 @@ def _verify(
     verification: str = "exact",
     lenience: float | None = None,
 ) -> VerifyResult:
-    """The verdict of one round: `verify_greedy` on the logits, or (sampling) `verify_exact` / `verify_relaxed` with
+    """The verdict of one round: `verify_greedy` on the logits (greedy; block verification coincides with it at
+    temperature 0), or (sampling) `verify_exact` / `verify_block` / `verify_relaxed` with
     ``p = logits_to_probs(target_logits, sampling)``, the same processing the drafter applied to get ``draft_probs``
     (its q) and the baseline applies before sampling, and ``generator`` for the acceptance draws."""
     if sampling.is_greedy:
@@ -93,6 +96,8 @@ def _verify(
     q = None if draft_probs is None else draft_probs.to(p.device)  # [k, V] or None (a point mass per draft)
     if verification == "relaxed":
         return verify_relaxed(p, q, draft_tokens, generator, lenience=lenience)  # NOT distribution-preserving
+    if verification == "block":
+        return verify_block(p, q, draft_tokens, generator)
     return verify_exact(p, q, draft_tokens, generator)
 
 
@@ -128,7 +133,7 @@ def speculative_generate(
     sampling: SamplingConfig = GREEDY,
     eos_token_id: int | Sequence[int] | str | None = AUTO,
     seed: int | None = None,
-    verification: Literal["exact", "relaxed"] = "exact",
+    verification: Literal["exact", "block", "relaxed"] = "exact",
     lenience: float | None = None,
     cache_kind: str = "dynamic",
     record_memory: bool = False,
@@ -149,6 +154,9 @@ def speculative_generate(
       ``autoregressive_generate(target, ..., sampling=sampling)`` (not token-identical: the random draws differ),
       provided the drafter reports the q it really sampled from. ``seed`` makes the run reproducible: same seed,
       same tokens.
+    - ``verification="block"`` (sampling): `verify_block`, block verification (Sun et al. 2025): the accepted
+      prefix is decided jointly, exactly the target's distribution again, and never fewer accepted tokens in
+      expectation than token-wise ``"exact"``. Greedy: identical to ``"exact"``.
     - ``verification="relaxed"`` with ``lenience=l`` (sampling only) uses `verify_relaxed`, accepting with
       ``min(1, l * p / q)``. **It does NOT preserve the target's distribution**: more tokens per round, different
       text statistics. It exists to measure that trade-off; keep the default ``"exact"`` otherwise.

@@ -195,6 +195,29 @@ def _check_drafts_possible(q_draft: torch.Tensor, tokens: torch.Tensor) -> None:
         )
 
 
+@dataclass(frozen=True)
+class _OnPath:
+    """Validated inputs of a sampling verifier and the probabilities of the drafted path."""
+
+    k: int
+    q: torch.Tensor  # [k, V], a point mass per draft when the drafter gave None
+    p_draft: torch.Tensor  # [k]: p_i(x_i), the target's probability of each draft token
+    q_draft: torch.Tensor  # [k]: q_i(x_i), the probability the drafter drew it with (> 0, checked)
+
+
+def _on_path(p: torch.Tensor, q: torch.Tensor | None, draft_tokens: torch.Tensor) -> _OnPath:
+    """Check the inputs of `verify_exact` / `verify_relaxed` / `verify_block` and read the drafted path's p and q."""
+    k = _check_verify_inputs(p, q, draft_tokens)
+    tokens = draft_tokens.to(device=p.device, dtype=torch.long)  # x_1 .. x_k
+    if q is None:
+        q = torch.nn.functional.one_hot(tokens, p.shape[1]).to(p.dtype)  # no distribution: q_i = point mass on x_i
+    q = q.to(device=p.device, dtype=p.dtype)
+    rows = torch.arange(k, device=p.device)
+    path = _OnPath(k, q, p[rows, tokens], q[rows, tokens])
+    _check_drafts_possible(path.q_draft, tokens)
+    return path
+
+
 def _rejection_sample(
     p: torch.Tensor,
     q: torch.Tensor | None,
@@ -203,15 +226,8 @@ def _rejection_sample(
     lenience: float,
 ) -> VerifyResult:
     """Shared body of `verify_exact` (``lenience = 1``) and `verify_relaxed`: accept with min(1, lenience p/q)."""
-    k = _check_verify_inputs(p, q, draft_tokens)
-    tokens = draft_tokens.to(device=p.device, dtype=torch.long)  # x_1 .. x_k
-    if q is None:
-        q = torch.nn.functional.one_hot(tokens, p.shape[1]).to(p.dtype)  # no distribution: q_i = point mass on x_i
-    q = q.to(device=p.device, dtype=p.dtype)
-    rows = torch.arange(k, device=p.device)
-    p_draft = p[rows, tokens]  # [k]: p_i(x_i), the target's probability of each draft token
-    q_draft = q[rows, tokens]  # [k]: q_i(x_i), the probability the drafter drew it with
-    _check_drafts_possible(q_draft, tokens)
+    path = _on_path(p, q, draft_tokens)
+    k, q, p_draft, q_draft = path.k, path.q, path.p_draft, path.q_draft
     u = torch.rand(k, generator=generator, device=p.device)  # [k]: one uniform u_i ~ U[0, 1) per position
     # accept x_i  <=>  u_i < min(1, l p_i(x_i) / q_i(x_i))  <=>  u_i q_i(x_i) < l p_i(x_i)   (no division, never NaN:
     # q_i(x_i) > 0 is checked above; p = 0 rejects; l = lenience, 1 for exact verification)
@@ -275,3 +291,89 @@ def verify_relaxed(
     """
     check_lenience(lenience)
     return _rejection_sample(p, q, draft_tokens, generator, lenience=float(lenience))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Block verification (Sun, Mendlovic, Leviathan, Aharoni, Beirami, Ro & Suresh, ICLR 2025)
+#
+# Token-wise verification stops at the first rejection, although a rejected x_i might have been worth keeping when
+# the target likes what follows it more than the draft did. Block verification decides the accepted length tau of
+# the whole block jointly, from the on-path probabilities only. With w_0 = 1 and the *prefix weights*
+#
+#   w_i = min(w_{i-1} p_i(x_i) / q_i(x_i), 1)                     (how much of the target's path mass survives)
+#
+# the residual mass after keeping i drafts is Z_i = sum_x max(w_i p_i(x) - q_i(x), 0), with q_k = 0 at the bonus
+# position (so Z_k = w_k). Each length i gets the threshold h_i = Z_i / (Z_i + 1 - w_i) (h_0 = 1, h_k = w_k); with
+# one uniform eta_i per length, tau = max{i : eta_i <= h_i} (the longest length that passes its own test), and the
+# token after the kept drafts is drawn from norm(max(w_tau p_tau - q_tau, 0)) (p_k for a full block). The paper
+# proves this emits exactly the target's distribution and accepts, in expectation, at least as many tokens as any
+# valid verifier that reads only the on-path probabilities (token-wise verification included). At temperature 0 the
+# weights are 0 or 1 and it coincides with greedy verification. Indices here are 0-based rows: p[i] is p_i.
+# --------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BlockThresholds:
+    """What block verification computes for one draft, for every accepted length ``i = 0 .. k``.
+
+    ``weights: [k + 1]`` the prefix weights w_i; ``residual_mass: [k + 1]`` Z_i; ``thresholds: [k + 1]`` h_i, the
+    probability that length i passes its test; ``residuals: [k + 1, V]`` ``max(w_i p_i - q_i, 0)`` (unnormalised),
+    whose normalisation the token after ``i`` kept drafts is drawn from.
+    """
+
+    weights: torch.Tensor
+    residual_mass: torch.Tensor
+    thresholds: torch.Tensor
+    residuals: torch.Tensor
+
+    def length_distribution(self) -> torch.Tensor:
+        """``[k + 1]``: P(tau = i) = h_i * prod_{j > i} (1 - h_j), the law of the accepted length for this draft."""
+        fail_after = torch.flip(torch.cumprod(torch.flip(1 - self.thresholds, [0]), 0), [0])  # prod_{j >= i} (1 - h_j)
+        later = torch.cat([fail_after[1:], fail_after.new_ones(1)])  # prod_{j > i} (1 - h_j)
+        return self.thresholds * later
+
+
+def block_thresholds(p: torch.Tensor, q: torch.Tensor | None, draft_tokens: torch.Tensor) -> BlockThresholds:
+    """The prefix weights, residuals and thresholds of block verification (section comment above) for
+    ``draft_tokens: LongTensor[k]`` with ``p: FloatTensor[k + 1, V]`` and ``q: FloatTensor[k, V] | None`` as in
+    `verify_exact`. Pure and deterministic: the randomness is all in `verify_block`'s draws."""
+    path = _on_path(p, q, draft_tokens)
+    k = path.k
+    weights = [p.new_ones(())]  # w_0 = 1
+    for i in range(k):
+        weights.append(torch.clamp(weights[-1] * path.p_draft[i] / path.q_draft[i], max=1.0))  # w_{i+1}
+    w = torch.stack(weights)  # [k + 1]
+    q_ext = torch.cat([path.q, p.new_zeros(1, p.shape[1])])  # [k + 1, V]: q_k = 0 at the bonus position
+    residuals = (w[:, None] * p - q_ext).clamp_min(0)  # [k + 1, V]: max(w_i p_i - q_i, 0)
+    mass = residuals.sum(dim=-1)  # [k + 1]: Z_i
+    denominator = mass + 1 - w
+    thresholds = torch.where(denominator > 0, mass / torch.where(denominator > 0, denominator, 1), 0.0).clamp(0, 1)
+    thresholds[0] = 1.0  # w_0 = 1: h_0 = Z_0 / Z_0, and tau = 0 is always possible
+    return BlockThresholds(w, mass, thresholds, residuals)
+
+
+def verify_block(
+    p: torch.Tensor,
+    q: torch.Tensor | None,
+    draft_tokens: torch.Tensor,
+    generator: torch.Generator | None = None,
+) -> VerifyResult:
+    """Exact sampling verification that decides the accepted prefix jointly: block verification (Sun et al. 2025).
+
+    Same inputs and result as `verify_exact` (and the same refusal of a draft token with q = 0). With the prefix
+    weights, residuals and thresholds of `block_thresholds`, and ``k + 1`` uniforms drawn up front from
+    ``generator``: ``tau = max{i : eta_i <= h_i}`` drafts are kept and the next token is drawn from
+    ``norm(max(w_tau p_tau - q_tau, 0))`` (**recovered**, tau < k) or ``p_k`` (**bonus**, tau = k). Distributed
+    exactly like the target's own samples, and never fewer accepted tokens in expectation than `verify_exact`: on
+    the paper's two-symbol toy (p = (1/3, 2/3), q = (2/3, 1/3), k = 2) 11/9 against 10/9.
+    """
+    block = block_thresholds(p, q, draft_tokens)
+    k = block.weights.shape[0] - 1
+    eta = torch.rand(k + 1, generator=generator, device=p.device)  # [k + 1]: one uniform per length
+    passing = (eta <= block.thresholds).nonzero()  # lengths whose own test passed (0 always does)
+    tau = int(passing[-1, 0])
+    if tau == k:
+        return VerifyResult(k, int(sample_token(p[k], generator)), "bonus")
+    mass = block.residual_mass[tau]
+    distribution = block.residuals[tau] / mass if mass > 0 else p[tau]  # Z = 0 only when tau is never drawn
+    return VerifyResult(tau, int(sample_token(distribution, generator)), "recovered")
