@@ -15,7 +15,7 @@ from typing import Sequence
 # name -> (module with main(argv) -> int, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "doctor": ("specdec_lib.doctor", "check the environment, the device and the embedded models"),
-    "bench": ("specdec_lib.bench", "benchmark speculative decoding against the baseline and transformers"),
+    "bench": ("specdec_lib.bench.cli", "benchmark speculative decoding against the baseline and transformers"),
 }
 
 

@@ -35,8 +35,10 @@ class _ForwardKeywords:
 
 
 @functools.lru_cache(maxsize=None)
-def _forward_keywords(model_class: type) -> _ForwardKeywords:
-    """Inspect ``model_class.forward`` for the names of its cache arguments (cached: signatures don't change)."""
+def forward_keywords(model_class: type) -> _ForwardKeywords:
+    """Inspect ``model_class.forward`` for the names of its cache arguments (cached: signatures don't change).
+
+    ``forward_keywords(type(unwrap_compiled(model))).cache`` is the keyword to pass a cache to ``model(...)``."""
     parameters = inspect.signature(model_class.forward).parameters  # follows functools.wraps decorators
     if "cache" in parameters:
         cache_keyword = "cache"
@@ -156,7 +158,7 @@ def forward_with_cache(
             f"the model's context of {limit}. Shorten the prompt or generate fewer tokens."
         )
 
-    keywords = _forward_keywords(type(unwrap_compiled(model)))
+    keywords = forward_keywords(type(unwrap_compiled(model)))
     positions = torch.arange(past, past + new_tokens, device=input_ids.device)  # [T]: L, ..., L + T - 1
     kwargs: dict[str, object] = {"position_ids": positions.unsqueeze(0), "use_cache": cache is not None}
     if cache is not None:

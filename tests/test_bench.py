@@ -1,8 +1,10 @@
-"""`python -m specdec_lib bench` and the measuring behind it (`specdec_lib.benchmarking`), on tiny random models.
+"""`python -m specdec_lib bench` and the measuring behind it (the `specdec_lib.bench` package), on tiny random models.
 
 No timing is asserted here: speed is what the benchmark measures, never what a unit test checks. The tests check
-that every method and gamma gets a row, that the derived columns follow from the runs (on hand-made traces), that
-`identical` catches a method whose tokens differ, that the JSON holds the table's numbers, and the command line.
+that every method and gamma gets a row, that the derived columns follow from the runs (on hand-made traces, and
+the acceptance numbers from the trace functions), that `identical` catches a method whose tokens differ, that the
+lean reference loop emits the baseline's tokens (greedy only) and gives ours / lean, that the JSON holds the
+table's numbers, and the command line (--no-eos included).
 With sampling: every method still gets a row, `identical` is "n/a (sampling)", seeds make our methods reproducible,
 and transformers' methods are asked for the same processed distribution as ours (top-k off really off).
 With a cross pair (a tiny draft on tokenizer "b" next to the same tiny target): speculative-cross and
@@ -22,18 +24,21 @@ import pytest
 import torch
 
 from conftest import build_tiny_model, build_tiny_tokenizer, first_layer_draft, sharpen, transplant_intersection
-from specdec_lib import bench
-from specdec_lib.benchmarking import (
+from specdec_lib.bench import (
+    ALPHA_FROM_THEORY,
+    ALPHA_FROM_TRACE,
     BASELINE,
     HF_ASSISTED,
     HF_ASSISTED_CROSS,
     HF_GREEDY,
     HF_SAMPLE,
+    LEAN,
     NOT_APPLICABLE,
     SPECULATIVE,
     SPECULATIVE_CROSS,
     Autoregressive,
     GenerationSpec,
+    Lean,
     Measurements,
     Method,
     Run,
@@ -47,7 +52,10 @@ from specdec_lib.benchmarking import (
     count_forwards,
     drafter_overhead,
     hf_sampling_kwargs,
+    cli,
+    lean_generate,
     measure,
+    pooled_trace,
     run_benchmark,
     run_seed,
 )
@@ -57,7 +65,16 @@ from specdec_lib.models import ModelPair
 from specdec_lib.prompts import Prompt
 from specdec_lib.sampling import SamplingConfig, logits_to_probs
 from specdec_lib.theory import expected_speedup
-from specdec_lib.trace import GenerationResult, RoundRecord, Trace
+from specdec_lib.trace import (
+    GenerationResult,
+    RoundRecord,
+    Trace,
+    acceptance_rate,
+    mean_acceptance_length,
+    per_position_acceptance,
+    per_token_acceptance,
+    tokens_per_target_forward,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMPTS = [torch.tensor([[0, 5, 17, 42, 3, 8, 61]]), torch.tensor([[0, 9, 9, 30, 2]])]
@@ -90,11 +107,13 @@ def test_every_method_and_gamma_gets_a_row(report):
         (HF_GREEDY, None),
         (SPECULATIVE, 1),
         (SPECULATIVE, 3),
+        (LEAN, 1),
+        (LEAN, 3),
         (HF_ASSISTED, 1),
         (HF_ASSISTED, 3),
     ]
     for row in report.rows:
-        assert set(bench.COLUMNS) <= set(row)
+        assert set(cli.COLUMNS) <= set(row)
         assert row["tokens_per_s"] > 0 and row["speedup"] > 0
 
 
@@ -107,17 +126,21 @@ def test_every_method_emits_the_baselines_tokens(report):
 def test_baseline_and_derived_columns(report):
     base = report.row(BASELINE)
     assert base["speedup"] == 1.0 and base["tokens_per_target_forward"] == 1.0
+    assert base["mean_acceptance_length"] is None  # nothing drafted: no verification round
     assert base["acceptance_rate"] is None and base["c"] is None and base["alpha"] is None
     assert report.row(HF_GREEDY)["tokens_per_target_forward"] == 1.0
     for gamma in (1, 3):
         ours = report.row(SPECULATIVE, gamma)
-        assert 1.0 <= ours["tokens_per_target_forward"] <= gamma + 1
-        assert 0.0 <= ours["acceptance_rate"] <= 1.0 and 0.0 <= ours["alpha"] <= 1.0
+        assert 1.0 <= ours["tokens_per_target_forward"] <= ours["mean_acceptance_length"] <= gamma + 1
+        assert 0.0 <= ours["acceptance_rate"] <= ours["alpha"] <= 1.0 and ours["alpha_from"] == ALPHA_FROM_TRACE
         assert ours["c"] > 0
         assert ours["predicted_speedup"] == pytest.approx(expected_speedup(ours["alpha"], gamma, ours["c"]))
         theirs = report.row(HF_ASSISTED, gamma)
         assert theirs["c"] is None and theirs["predicted_speedup"] is None
         assert 1.0 <= theirs["tokens_per_target_forward"] <= gamma + 1
+        # counts: every target forward verifies, so mean acceptance length = tokens per target forward
+        assert theirs["mean_acceptance_length"] == theirs["tokens_per_target_forward"]
+        assert theirs["alpha_from"] == ALPHA_FROM_THEORY and theirs["per_position_acceptance"] is None
 
 
 def test_raw_times_cover_every_repeat_and_prompt(report):
@@ -207,6 +230,69 @@ def test_build_methods_refuses_bad_gammas(pair):
         build_methods(pair, (2, 0), spec)
 
 
+# --------------------------------------------------------------------------- the lean reference loop
+
+
+def test_lean_rows_emit_the_baselines_tokens_and_give_ours_over_lean(report):
+    for gamma in (1, 3):
+        lean = report.row(LEAN, gamma)
+        assert lean["identical"] is True and lean["identical_per_prompt"] == [True, True]
+        assert lean["over_lean"] is None and lean["alpha"] is None and lean["mean_acceptance_length"] is None
+        assert 1.0 <= lean["tokens_per_target_forward"] <= gamma + 1  # from forward counts
+        ours = report.row(SPECULATIVE, gamma)
+        # ours and lean run the same rounds: the same target forwards
+        assert lean["tokens_per_target_forward"] == pytest.approx(ours["tokens_per_target_forward"])
+        assert ours["over_lean"] > 0 and len(ours["over_lean_per_repeat"]) == 2
+        assert all(ratio > 0 for ratio in ours["over_lean_per_repeat"])
+    assert all(row["over_lean"] is None for row in report.rows if row["method"] != SPECULATIVE)
+
+
+@pytest.mark.parametrize("eos", [None, 1, 5])
+def test_lean_generate_equals_the_baseline_at_every_length_and_eos(pair, eos):
+    """Greedy: the same tokens as the baseline, including the last rounds (k = 0 when one token is left) and an
+    EOS in the middle of a round."""
+    for gamma in (1, 2, 4):
+        for max_new in (1, 2, 5, 12):
+            spec = GenerationSpec(max_new, eos)
+            for ids in PROMPTS:
+                expected = Autoregressive(pair.target, spec).generate(ids)[0]
+                assert lean_generate(pair.target, pair.draft, ids, gamma=gamma, max_new_tokens=max_new,
+                                     eos_token_id=eos) == expected, (gamma, max_new, eos)
+
+
+def test_lean_is_greedy_only(sampling_report, pair):
+    assert all(row["method"] != LEAN for row in sampling_report.rows)
+    assert all(row["over_lean"] is None for row in sampling_report.rows)
+    with pytest.raises(ConfigError, match="greedily only"):
+        Lean(pair.target, pair.draft, 2, GenerationSpec(4, sampling=SamplingConfig(temperature=1.0)))
+
+
+def test_our_acceptance_numbers_are_the_trace_functions_on_the_pooled_rounds(pair):
+    methods = build_methods(pair, (2, 4), GenerationSpec(10, None), transformers=False)
+    measurements = measure(methods, PROMPTS, repeats=1, progress=False)
+    report = build_report(measurements)
+    for method in methods:
+        if not isinstance(method, Speculative):
+            continue
+        runs = measurements.timed[method.key][0]
+        rounds = [record for run in runs for record in run.result.trace.rounds]
+        trace = Trace(start_time=0.0, rounds=rounds)
+        assert pooled_trace(runs).rounds == rounds
+        row = next(row for row in report.rows if row["key"] == method.key)
+        assert row["alpha"] == per_token_acceptance(trace) and row["alpha_from"] == ALPHA_FROM_TRACE
+        assert row["acceptance_rate"] == acceptance_rate(trace)
+        assert row["mean_acceptance_length"] == mean_acceptance_length(trace)
+        assert row["per_position_acceptance"] == per_position_acceptance(trace)
+        assert row["tokens_per_target_forward"] == tokens_per_target_forward(trace)
+        assert len(row["per_position_acceptance"]) == method.gamma
+
+
+def test_no_bench_module_is_over_450_lines():
+    lengths = {path.name: len(path.read_text().splitlines()) for path in (ROOT / "specdec_lib" / "bench").glob("*.py")}
+    assert {"__init__.py", "methods.py", "hf.py", "protocol.py", "report.py", "profiling.py", "cli.py"} <= set(lengths)
+    assert all(length <= 450 for length in lengths.values()), lengths
+
+
 # --------------------------------------------------------------------------- derived numbers, by hand
 
 
@@ -240,9 +326,11 @@ def test_report_numbers_follow_from_hand_made_runs():
     assert row["tokens_per_s"] == pytest.approx(4.0)
     assert row["speedup"] == pytest.approx(3.0)  # median of per-repeat ratios 4/2 and 4/1 (not 4 / 1.5)
     assert row["tokens_per_target_forward"] == pytest.approx(2.0)  # 4 tokens / 2 target forwards
-    assert row["acceptance_rate"] == 1.0
+    assert row["mean_acceptance_length"] == pytest.approx(3.0)  # the one verification round: 2 accepted + 1
+    assert row["per_position_acceptance"] == [1.0, 1.0]
+    assert row["acceptance_rate"] == 1.0 and row["alpha_from"] == ALPHA_FROM_TRACE
     assert row["c"] == pytest.approx(0.1 / 0.5)
-    assert row["alpha"] == 1.0  # 3 tokens per verification round = gamma + 1
+    assert row["alpha"] == 1.0  # 2 accepted of 2 examined drafts
     assert row["predicted_speedup"] == pytest.approx(3 / (2 * 0.2 + 1))
     assert row["measured_over_predicted"] == pytest.approx(3.0 / (3 / 1.4))
     assert row["identical"] is True
@@ -257,9 +345,10 @@ def test_format_table_aligns_columns_and_leaves_unknowns_blank():
         {"method": "autoregressive", "gamma": None, "tokens_per_s": 100.0, "speedup": 1.0, "identical": True},
         {"method": "speculative", "gamma": 4, "tokens_per_s": 250.04, "speedup": 2.5, "alpha": 0.8, "identical": False},
     ]
-    lines = bench.format_table(rows).splitlines()
+    lines = cli.format_table(rows).splitlines()
     # ovh/rnd (optional) is left out: no row has a value in it
-    assert lines[0].split() == [header for key, (header, _) in bench.COLUMNS.items() if key not in bench.OPTIONAL_COLUMNS]
+    headers = [header for key, (header, _) in cli.COLUMNS.items() if key not in cli.OPTIONAL_COLUMNS]
+    assert lines[0].split() == " ".join(headers).split() and "mean acc len" in lines[0]
     assert lines[1].split() == ["autoregressive", "100.0", "1.00x", "yes"]
     assert lines[2].split() == ["speculative", "4", "250.0", "2.50x", "0.800", "NO"]
     assert lines[1].index("100.0") == lines[2].index("250.0")  # numbers right-aligned in their column
@@ -267,12 +356,12 @@ def test_format_table_aligns_columns_and_leaves_unknowns_blank():
 
 def test_format_table_prints_not_applicable_as_is():
     rows = [{"method": "speculative", "gamma": 2, "tokens_per_s": 10.0, "identical": NOT_APPLICABLE}]
-    assert bench.format_table(rows).splitlines()[1].endswith("n/a (sampling)")
+    assert cli.format_table(rows).splitlines()[1].endswith("n/a (sampling)")
 
 
 @pytest.mark.parametrize("text, expected", [("4", (4,)), ("8,2, 2,1", (1, 2, 8)), ("1,2,3,4,6,8", (1, 2, 3, 4, 6, 8))])
 def test_parse_gammas(text, expected):
-    assert bench.parse_gammas(text) == expected
+    assert cli.parse_gammas(text) == expected
 
 
 # --------------------------------------------------------------------------- command line
@@ -290,20 +379,24 @@ def fake_loading(monkeypatch):
     monkeypatch.setattr(specdec_lib.prompts, "load_prompts", lambda task: prompts)
 
 
+def run_cli(argv: list[str], path: Path, capsys) -> tuple[str, dict]:
+    """Run the command with ``--no-progress --json path`` (exit code 0); its stdout and the JSON document."""
+    assert cli.main([*argv, "--no-progress", "--json", str(path)]) == 0
+    return capsys.readouterr().out, json.loads(path.read_text())
+
+
 def test_cli_prints_the_table_and_writes_the_same_numbers_as_json(fake_loading, tmp_path, capsys):
-    path = tmp_path / "out" / "bench.json"
-    argv = ["--prompts", "2", "--max-new-tokens", "6", "--gammas", "2,1", "--repeats", "1", "--json", str(path)]
-    assert bench.main(argv + ["--no-progress"]) == 0
-    out = capsys.readouterr().out
-    document = json.loads(path.read_text())
+    argv = ["--prompts", "2", "--max-new-tokens", "6", "--gammas", "2,1", "--repeats", "1"]
+    out, document = run_cli(argv, tmp_path / "out" / "bench.json", capsys)  # the folder is created
     rows = document["rows"]
     assert [(row["method"], row["gamma"]) for row in rows] == [
-        (BASELINE, None), (HF_GREEDY, None), (SPECULATIVE, 1), (SPECULATIVE, 2), (HF_ASSISTED, 1), (HF_ASSISTED, 2)
+        (BASELINE, None), (HF_GREEDY, None), (SPECULATIVE, 1), (SPECULATIVE, 2), (LEAN, 1), (LEAN, 2),
+        (HF_ASSISTED, 1), (HF_ASSISTED, 2)
     ]
-    assert bench.format_table(rows) in out  # the printed table is exactly the JSON's numbers
-    assert bench.format_profile(document["profile"]) in out
+    assert cli.format_table(rows) in out  # the printed table is exactly the JSON's numbers
+    assert cli.format_profile(document["profile"]) in out
     assert document["settings"]["gammas"] == [1, 2] and document["settings"]["prompts"] == 2
-    assert document["settings"]["eos_token_id"] == 1
+    assert document["settings"]["eos_token_id"] == 1 and document["settings"]["no_eos"] is False
     assert [p["id"] for p in document["prompts"]] == ["code-001", "code-002"]
     assert len(document["raw"]["speculative[gamma=2]"]["seconds"][0]) == 2
     assert "machine:" in out and "transformers" in out and "threads" in out
@@ -311,10 +404,22 @@ def test_cli_prints_the_table_and_writes_the_same_numbers_as_json(fake_loading, 
 
 
 def test_cli_without_transformers(fake_loading, capsys):
-    assert bench.main(["--prompts", "1", "--max-new-tokens", "4", "--gammas", "2", "--repeats", "1",
+    assert cli.main(["--prompts", "1", "--max-new-tokens", "4", "--gammas", "2", "--repeats", "1",
                        "--no-transformers", "--no-progress"]) == 0
     table = capsys.readouterr().out.split("\n\n")[0].splitlines()
-    assert [line.split()[0] for line in table[1:]] == [BASELINE, SPECULATIVE]
+    assert [line.split()[0] for line in table[1:]] == [BASELINE, SPECULATIVE, LEAN, "ours"]
+    assert table[-1].startswith("ours / lean at gamma=2: ") and table[-1].endswith("x time")
+
+
+def test_cli_no_eos_generates_exactly_max_new_tokens_and_is_recorded(fake_loading, tmp_path, capsys):
+    argv = ["--prompts", "2", "--max-new-tokens", "7", "--gammas", "2", "--repeats", "1", "--no-eos"]
+    out, document = run_cli(argv, tmp_path / "no-eos.json", capsys)
+    assert document["settings"]["no_eos"] is True and document["settings"]["eos_token_id"] is None
+    assert "no EOS stop (--no-eos: exactly 7 new tokens per prompt)" in out
+    for row in document["rows"]:  # every method, transformers' included
+        assert row["new_tokens"] == 2 * 7, row["key"]
+        assert row["identical"] is True, row["key"]
+    assert cli.build_parser().parse_args([]).no_eos is False
 
 
 @pytest.mark.parametrize(
@@ -332,7 +437,7 @@ def test_cli_without_transformers(fake_loading, capsys):
 )
 def test_cli_refuses_bad_arguments_with_exit_code_2(argv, message, capsys):
     with pytest.raises(SystemExit) as info:
-        bench.main(argv)
+        cli.main(argv)
     assert info.value.code == 2
     err = capsys.readouterr().err
     assert message in err and "usage:" in err and "Traceback" not in err
@@ -340,14 +445,14 @@ def test_cli_refuses_bad_arguments_with_exit_code_2(argv, message, capsys):
 
 def test_cli_refuses_more_prompts_than_the_set_has(fake_loading, capsys):
     with pytest.raises(SystemExit) as info:
-        bench.main(["--prompts", "4"])
+        cli.main(["--prompts", "4"])
     assert info.value.code == 2
     assert "has only 3 prompts" in capsys.readouterr().err
 
 
 def test_cli_refuses_a_generation_longer_than_the_context(fake_loading, capsys):
     with pytest.raises(SystemExit) as info:
-        bench.main(["--prompts", "1", "--max-new-tokens", "500"])
+        cli.main(["--prompts", "1", "--max-new-tokens", "500"])
     assert info.value.code == 2
     assert "exceeds the model's context" in capsys.readouterr().err
 
@@ -359,14 +464,14 @@ def test_cli_reports_missing_models_with_exit_code_1(monkeypatch, capsys):
         raise ModelNotFoundError("Model folder data/models/target does not exist.")
 
     monkeypatch.setattr(specdec_lib.models, "load_pair", missing)
-    assert bench.main(["--prompts", "1"]) == 1
+    assert cli.main(["--prompts", "1"]) == 1
     assert "error: Model folder data/models/target does not exist." in capsys.readouterr().err
 
 
 def test_bench_is_registered_and_its_help_runs():
     from specdec_lib.__main__ import COMMANDS
 
-    assert COMMANDS["bench"][0] == "specdec_lib.bench"
+    assert COMMANDS["bench"][0] == "specdec_lib.bench.cli"
     done = subprocess.run(
         [sys.executable, "-m", "specdec_lib", "bench", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120
     )
@@ -375,9 +480,9 @@ def test_bench_is_registered_and_its_help_runs():
 
 
 def test_the_table_prints_the_reports_columns_in_order():
-    from specdec_lib.benchmarking import ROW_COLUMNS
+    from specdec_lib.bench import ROW_COLUMNS
 
-    assert tuple(bench.COLUMNS) == ROW_COLUMNS
+    assert tuple(cli.COLUMNS) == ROW_COLUMNS
 
 
 # --------------------------------------------------------------------------- sampling
@@ -485,41 +590,35 @@ def test_hf_sampling_kwargs_switch_every_filter_off_explicitly():
 )
 def test_cli_refuses_bad_sampling_arguments_with_exit_code_2(argv, message, capsys):
     with pytest.raises(SystemExit) as info:
-        bench.main(argv)
+        cli.main(argv)
     assert info.value.code == 2
     err = capsys.readouterr().err
     assert message in err and "usage:" in err and "Traceback" not in err
 
 
 def test_cli_sampling_run_states_settings_and_what_identical_means(fake_loading, tmp_path, capsys):
-    path = tmp_path / "sampling.json"
-    argv = ["--prompts", "2", "--max-new-tokens", "6", "--gammas", "2", "--repeats", "1", "--no-progress",
-            "--temperature", "0.8", "--top-p", "0.9", "--seed", "3", "--json", str(path)]
-    assert bench.main(argv) == 0
-    out = capsys.readouterr().out
-    document = json.loads(path.read_text())
+    argv = ["--prompts", "2", "--max-new-tokens", "6", "--gammas", "2", "--repeats", "1",
+            "--temperature", "0.8", "--top-p", "0.9", "--seed", "3"]
+    out, document = run_cli(argv, tmp_path / "sampling.json", capsys)
     settings = document["settings"]
     assert settings["sampling"] == {"temperature": 0.8, "top_k": 0, "top_p": 0.9}
     assert settings["seed"] == 3 and settings["greedy"] is False and settings["verification"] == "exact"
     rows = document["rows"]
     assert [row["method"] for row in rows] == [BASELINE, HF_SAMPLE, SPECULATIVE, HF_ASSISTED]
     assert all(row["identical"] == NOT_APPLICABLE for row in rows)
-    assert bench.format_table(rows) in out and "n/a (sampling)" in out
-    assert bench.DISTRIBUTION_NOTE in out and "tests/test_sampling_distribution.py" in out
+    assert cli.format_table(rows) in out and "n/a (sampling)" in out
+    assert cli.DISTRIBUTION_NOTE in out and "tests/test_sampling_distribution.py" in out
     decoding = "sampling (temperature 0.8, top-k off, top-p 0.9; ours: exact rejection-sampling verification), seed 3"
     assert decoding in out
     assert len(document["seeds"]) == 2 and len(document["seeds"][0]) == 2
 
 
 def test_cli_greedy_settings_say_greedy(fake_loading, tmp_path, capsys):
-    path = tmp_path / "greedy.json"
-    assert bench.main(["--prompts", "1", "--max-new-tokens", "4", "--gammas", "2", "--repeats", "1",
-                       "--no-transformers", "--no-progress", "--json", str(path)]) == 0
-    out = capsys.readouterr().out
-    document = json.loads(path.read_text())
+    argv = ["--prompts", "1", "--max-new-tokens", "4", "--gammas", "2", "--repeats", "1", "--no-transformers"]
+    out, document = run_cli(argv, tmp_path / "greedy.json", capsys)
     assert document["settings"]["greedy"] is True and document["settings"]["seed"] is None
     assert document["seeds"] is None
-    assert ", greedy, EOS id" in out and bench.DISTRIBUTION_NOTE not in out
+    assert ", greedy, EOS id" in out and cli.DISTRIBUTION_NOTE not in out
     assert all(row["identical"] is True for row in document["rows"])
 
 
@@ -568,6 +667,8 @@ def test_cross_rows_sit_next_to_the_same_tokenizer_rows(cross_report):
         (HF_GREEDY, None),
         (SPECULATIVE, 1),
         (SPECULATIVE, 3),
+        (LEAN, 1),
+        (LEAN, 3),
         (SPECULATIVE_CROSS, 1),
         (SPECULATIVE_CROSS, 3),
         (HF_ASSISTED, 1),
@@ -576,7 +677,7 @@ def test_cross_rows_sit_next_to_the_same_tokenizer_rows(cross_report):
         (HF_ASSISTED_CROSS, 3),
     ]
     for row in cross_report.rows:
-        assert set(bench.COLUMNS) <= set(row)
+        assert set(cli.COLUMNS) <= set(row)
         assert row["tokens_per_s"] > 0 and row["speedup"] > 0
 
 
@@ -611,12 +712,12 @@ def test_drafter_overhead_is_measured_for_our_rows_and_never_negative(cross_repo
             assert row["drafter_overhead_ms"] == pytest.approx(1000 * overhead["overhead_s"] / overhead["rounds"])
         else:
             assert row["drafter_overhead_ms"] is None and row["drafter_overhead"] is None
-    assert "ovh/rnd" in bench.format_table(cross_report.rows).splitlines()[0]
+    assert "ovh/rnd" in cli.format_table(cross_report.rows).splitlines()[0]
 
 
 def test_without_cross_the_overhead_is_not_measured(report):
     assert all(row["drafter_overhead_ms"] is None for row in report.rows)
-    assert "ovh/rnd" not in bench.format_table(report.rows)
+    assert "ovh/rnd" not in cli.format_table(report.rows)
 
 
 def test_timed_drafter_counts_rounds_and_passes_everything_through(cross_setup):
@@ -676,23 +777,19 @@ def fake_cross_loading(fake_loading, monkeypatch):
     import specdec_lib.models
 
     monkeypatch.setattr(specdec_lib.models, "load_pair", lambda preset, device=None: sharp_pair())
-    monkeypatch.setattr(bench, "load_cross_pair", lambda preset, pair: tiny_cross_pair(pair))
+    monkeypatch.setattr(cli, "load_cross_pair", lambda preset, pair: tiny_cross_pair(pair))
 
 
 def test_cli_cross_adds_the_rows_and_the_overhead_to_table_and_json(fake_cross_loading, tmp_path, capsys):
-    path = tmp_path / "cross.json"
-    argv = ["--prompts", "2", "--max-new-tokens", "6", "--gammas", "2", "--repeats", "1", "--no-progress",
-            "--cross", "--json", str(path)]
-    assert bench.main(argv) == 0
-    out = capsys.readouterr().out
-    document = json.loads(path.read_text())
+    argv = ["--prompts", "2", "--max-new-tokens", "6", "--gammas", "2", "--repeats", "1", "--cross"]
+    out, document = run_cli(argv, tmp_path / "cross.json", capsys)
     rows = document["rows"]
     assert [row["method"] for row in rows] == [
-        BASELINE, HF_GREEDY, SPECULATIVE, SPECULATIVE_CROSS, HF_ASSISTED, HF_ASSISTED_CROSS
+        BASELINE, HF_GREEDY, SPECULATIVE, LEAN, SPECULATIVE_CROSS, HF_ASSISTED, HF_ASSISTED_CROSS
     ]
     assert all(row["identical"] is True for row in rows)
-    assert bench.format_table(rows) in out and "ovh/rnd" in out and bench.CROSS_LEGEND in out
-    for row in rows[2:4]:
+    assert cli.format_table(rows) in out and "ovh/rnd" in out and cli.CROSS_LEGEND in out
+    for row in (rows[2], rows[4]):  # speculative, speculative-cross
         assert row["drafter_overhead_ms"] >= 0 and row["drafter_overhead"]["rounds"] > 0
     cross = document["settings"]["cross"]
     assert cross["preset"] == "embedded-cross" and cross["drafter"].startswith("CrossTokenizerDrafter")
@@ -700,11 +797,8 @@ def test_cli_cross_adds_the_rows_and_the_overhead_to_table_and_json(fake_cross_l
 
 
 def test_cli_cross_with_sampling(fake_cross_loading, tmp_path, capsys):
-    path = tmp_path / "cross-sampling.json"
-    argv = ["--prompts", "1", "--max-new-tokens", "6", "--gammas", "2", "--repeats", "1", "--no-progress",
-            "--cross", "--temperature", "0.7", "--json", str(path)]
-    assert bench.main(argv) == 0
-    document = json.loads(path.read_text())
+    argv = ["--prompts", "1", "--max-new-tokens", "6", "--gammas", "2", "--repeats", "1", "--cross", "--temperature", "0.7"]
+    _, document = run_cli(argv, tmp_path / "cross-sampling.json", capsys)
     assert [row["method"] for row in document["rows"]] == [BASELINE, HF_SAMPLE, SPECULATIVE, SPECULATIVE_CROSS,
                                                            HF_ASSISTED]
     assert document["settings"]["cross"]["drafter"].startswith("CrossVocabularySamplingDrafter")
@@ -712,10 +806,10 @@ def test_cli_cross_with_sampling(fake_cross_loading, tmp_path, capsys):
 
 
 def test_cli_cross_flag_parses_and_refuses_presets_without_a_cross_twin(capsys):
-    assert bench.build_parser().parse_args(["--cross"]).cross is True
-    assert bench.build_parser().parse_args([]).cross is False
+    assert cli.build_parser().parse_args(["--cross"]).cross is True
+    assert cli.build_parser().parse_args([]).cross is False
     with pytest.raises(SystemExit) as info:
-        bench.main(["--cross", "--preset", "embedded-cross"])
+        cli.main(["--cross", "--preset", "embedded-cross"])
     assert info.value.code == 2
     err = capsys.readouterr().err
     assert "--preset embedded --cross" in err and "usage:" in err and "Traceback" not in err
@@ -733,9 +827,9 @@ def test_load_cross_pair_shares_the_target_object(monkeypatch):
         return build_tiny_model(seed=2, num_layers=1, vocab_size=72), tok_b
 
     monkeypatch.setattr(specdec_lib.models, "load_embedded", fake_embedded)
-    cross = bench.load_cross_pair("embedded", pair)
+    cross = cli.load_cross_pair("embedded", pair)
     assert loaded == [("draft_b", torch.float32)]  # only the draft: no second target
     assert cross.target is pair.target and cross.target_tokenizer is pair.target_tokenizer
     assert cross.draft_tokenizer is tok_b and cross.preset == "embedded-cross"
     with pytest.raises(ConfigError, match="has none"):
-        bench.load_cross_pair("hub-cross", pair)
+        cli.load_cross_pair("hub-cross", pair)

@@ -4,21 +4,16 @@
     python -m specdec_lib bench --task prose --gammas 2,4 --repeats 5 --json runs/bench.json
     python -m specdec_lib bench --temperature 0.8 --top-p 0.95 --seed 7   # sampling, exact verification
     python -m specdec_lib bench --cross --gammas 2,4             # + the cross-tokenizer draft (draft_b) rows
+    python -m specdec_lib bench --no-eos                         # every method generates exactly max-new-tokens
 
-One row per method (and draft length gamma): our autoregressive baseline, transformers' plain ``generate``, our
-speculative decoding and transformers' assisted generation, all on the same prompts, the same pair, the same
-stopping rule and the same decoding (greedy, or sampling with the same temperature / top-k / top-p). ``--cross``
-adds, for each gamma, ``speculative-cross`` (our `CrossTokenizerDrafter` with the draft on another tokenizer,
-``draft_b`` of the ``embedded-cross`` preset, loaded next to the same target: one target in memory; with sampling
-`CrossVocabularySamplingDrafter`, exact verification) and, greedy only, ``hf-assisted-cross`` (transformers'
-universal assisted decoding), plus the drafter overhead per round (``ovh/rnd``: time outside the draft's forwards,
-i.e. the text translation for the cross rows; measured as `specdec_lib.benchmarking.drafter_overhead`). How the numbers
-are measured (warm-up, interleaved repeats, medians, c, alpha, seeds) is explained in `specdec_lib.benchmarking`,
-which does the measuring; this module parses arguments and prints.
-
-With sampling the methods draw from different random streams, so their tokens cannot equal the baseline's: the
-``identical`` column says ``n/a (sampling)``. That speculative sampling keeps the target's distribution is shown
-statistically by tests/test_sampling_distribution.py and notebook 02, not by this benchmark.
+One row per method (and draft length gamma), all on the same prompts, the same pair, the same stopping rule and
+the same decoding: our autoregressive baseline, transformers' plain ``generate``, our speculative decoding, the
+``lean`` reference loop (greedy; "ours / lean" under the table is what our loop costs above the bare algorithm)
+and transformers' assisted generation; ``--cross`` adds the rows of the preset's cross-tokenizer draft and the
+drafter overhead per round (``ovh/rnd``). The methods are `specdec_lib.bench.methods`, how they are timed
+`specdec_lib.bench.protocol`, how the columns are derived `specdec_lib.bench.report`, the overhead
+`specdec_lib.bench.profiling`; this module parses arguments and prints. With sampling, ``identical`` is
+``n/a (sampling)`` (`DISTRIBUTION_NOTE`).
 
 Exit codes: 0 done; 1 the models or prompts could not be loaded; 2 bad arguments (argparse style).
 """
@@ -33,6 +28,19 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+import torch
+import transformers
+
+from ..devices import describe_device, get_device
+from ..errors import ConfigError, ContextOverflowError, SpecdecError
+from ..modeling import check_fits_context
+from ..models import PRESETS, ModelPair, load_preset_model
+from ..prompts import TASKS
+from ..sampling import SamplingConfig
+from ..training.measure import encode_prompts
+from . import run_benchmark
+from .methods import HF_ASSISTED_CROSS, SPECULATIVE, resolve_eos
+
 DEFAULT_GAMMAS = (1, 2, 3, 4, 6, 8)
 DEFAULT_TASK = "code"
 DEFAULT_PROMPTS = 8
@@ -45,8 +53,8 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "gamma": ("gamma", "{}"),
     "tokens_per_s": ("tokens/s", "{:.1f}"),
     "speedup": ("speed-up", "{:.2f}x"),
-    "tokens_per_target_forward": ("tok/fwd", "{:.2f}"),
-    "acceptance_rate": ("accept", "{:.2f}"),
+    "mean_acceptance_length": ("mean acc len", "{:.2f}"),
+    "acceptance_rate": ("acc rate", "{:.2f}"),
     "drafter_overhead_ms": ("ovh/rnd", "{:.2f}ms"),
     "c": ("c", "{:.3f}"),
     "alpha": ("alpha", "{:.3f}"),
@@ -67,33 +75,44 @@ DISTRIBUTION_NOTE = (
     "statistically by tests/test_sampling_distribution.py and notebook 02, not by this benchmark."
 )
 
-LEGEND = """\
-tokens/s   median over repeats of (new tokens / wall seconds) over all prompts
-speed-up   median over repeats of tokens/s divided by the baseline's (autoregressive) in the same repeat
-tok/fwd    new tokens per target forward (prefill included); accept: accepted / drafted tokens
-           (ours: from the traces; hf-assisted: from forward counts in the warm-up pass)
-c          our median draft time per drafted token / the baseline's median time per target forward
-alpha      per-token acceptance giving the measured tokens per verification round (Leviathan et al.)
-predicted  expected_speedup(alpha, gamma, c); meas/pred = speed-up / predicted
-identical  the method's tokens equal the baseline's for every prompt, in every run"""
+_LEGEND_HEAD = """\
+tokens/s      median over repeats of (new tokens / wall seconds) over all prompts
+speed-up      median over repeats of tokens/s divided by the baseline's (autoregressive) in the same repeat
+mean acc len  mean acceptance length: tokens per verification round (accepted drafts + 1), prefill excluded
+acc rate      acceptance rate: accepted / drafted tokens (drafts after a rejection count as drafted)
+alpha         per-token acceptance: accepted / examined drafts (a round examines drafts up to its first rejection)
+              ours: all three from the traces; hf-assisted: from forward counts in the warm-up pass, its alpha
+              the one under which Leviathan et al.'s model gives its mean acceptance length (theory inverted)
+c             our median draft time per drafted token / the baseline's median time per target forward
+predicted     expected_speedup(alpha, gamma, c); meas/pred = speed-up / predicted"""
+_JSON_LEGEND = "JSON          also per-position acceptance (ours: P(draft i accepted)), tokens per target forward (prefill in)"
+
+_LEAN_LEGEND = """\
+lean          a minimal speculative loop in plain transformers (same rounds as ours, no trace, no checks);
+              ours / lean = median over repeats of our seconds / its seconds: what our loop costs on top of it"""
+
+LEGEND = f"""{_LEGEND_HEAD}
+{_LEAN_LEGEND}
+identical     the method's tokens equal the baseline's for every prompt, in every run
+{_JSON_LEGEND}"""
+
+SAMPLING_LEGEND = f"""{_LEGEND_HEAD}
+identical     n/a with sampling (different random streams); distribution equality is tested statistically by
+              tests/test_sampling_distribution.py and notebook 02. Seeds: one per prompt and pass, derived from
+              --seed (same seed, same tokens for our methods)
+{_JSON_LEGEND}"""
 
 CROSS_LEGEND = """\
-ovh/rnd    drafter time outside the draft model's forwards, per round, in one extra pass of each of our speculative
-           rows: (propose + accept, timed by a wrapper around the drafter's public calls) - (draft forwards, timed
-           by forward hooks). speculative-cross: the text translation (decode, re-encode with lookbehind windows,
-           boundary alignment, both ways) + the bookkeeping every drafter has (argmax, cache crops); speculative:
-           that bookkeeping alone. The difference is the translation's cost. c of the cross rows includes it
-*-cross    speculative-cross: our drafter with the draft on another tokenizer (greedy: CrossTokenizerDrafter;
-           sampling: CrossVocabularySamplingDrafter, drafts only shared tokens, exact verification);
-           hf-assisted-cross: transformers' universal assisted decoding (greedy only), gamma = draft tokens per
-           round; its accept/alpha stay blank (drafts counted in draft tokens, acceptances in target tokens)"""
-
-SAMPLING_LEGEND = LEGEND.replace(
-    "identical  the method's tokens equal the baseline's for every prompt, in every run",
-    "identical  n/a with sampling (different random streams); distribution equality is tested statistically by\n"
-    "           tests/test_sampling_distribution.py and notebook 02. Seeds: one per prompt and pass, derived from\n"
-    "           --seed (same seed, same tokens for our methods)",
-)
+ovh/rnd       drafter time outside the draft model's forwards, per round, in one extra pass of each of our
+              speculative rows: (propose + accept, timed by a wrapper around the drafter's public calls) - (draft
+              forwards, timed by forward hooks). speculative-cross: the text translation (decode, re-encode with
+              lookbehind windows, boundary alignment, both ways) + the bookkeeping every drafter has (argmax, cache
+              crops); speculative: that bookkeeping alone. The difference is the translation's cost. c of the
+              cross rows includes it
+*-cross       speculative-cross: our drafter with the draft on another tokenizer (greedy: CrossTokenizerDrafter;
+              sampling: CrossVocabularySamplingDrafter, drafts only shared tokens, exact verification);
+              hf-assisted-cross: transformers' universal assisted decoding (greedy only), gamma = draft tokens per
+              round; its acc rate/alpha stay blank (drafts counted in draft tokens, acceptances in target tokens)"""
 
 
 # --------------------------------------------------------------------------- arguments
@@ -130,9 +149,6 @@ def parse_gammas(text: str) -> tuple[int, ...]:
 
 def sampling_from_args(args: argparse.Namespace):
     """The run's `SamplingConfig` (validated by it: a bad value raises `ConfigError` with its message)."""
-    from .errors import ConfigError
-    from .sampling import SamplingConfig
-
     config = SamplingConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
     if config.is_greedy and (args.top_k != 0 or args.top_p != 1.0):
         raise ConfigError(
@@ -143,15 +159,13 @@ def sampling_from_args(args: argparse.Namespace):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .models import PRESETS
-    from .prompts import TASKS
-
     parser = argparse.ArgumentParser(
         prog="python -m specdec_lib bench",
         description="Benchmark decoding on one model pair: our autoregressive baseline, transformers' "
-        "plain generate, our speculative decoding and transformers' assisted generation (for each gamma), "
-        "on the same prompts, greedy (default) or sampling (--temperature > 0; ours then verifies by exact "
-        "rejection sampling). Prints a table; the measuring protocol is in specdec_lib/benchmarking.py.",
+        "plain generate, our speculative decoding, a lean reference loop (greedy) and transformers' assisted "
+        "generation (for each gamma), on the same prompts, greedy (default) or sampling (--temperature > 0; ours "
+        "then verifies by exact rejection sampling). Prints a table; the measuring protocol is in "
+        "specdec_lib/bench/protocol.py.",
         epilog="Exit codes: 0 done, 1 models or prompts could not be loaded, 2 bad arguments. Timings depend on the "
         "machine's load: close other programs, and compare runs made on the same quiet machine.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
@@ -159,7 +173,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--task", choices=TASKS, default=DEFAULT_TASK, help="prompt set")
     parser.add_argument("--prompts", type=_positive_int, default=DEFAULT_PROMPTS, help="first N prompts of the set")
     parser.add_argument("--max-new-tokens", type=_positive_int, default=DEFAULT_MAX_NEW_TOKENS,
-                        help="tokens to generate per prompt (fewer when EOS comes first)")
+                        help="tokens to generate per prompt (fewer when EOS comes first, unless --no-eos)")
+    parser.add_argument("--no-eos", action="store_true",
+                        help="never stop at EOS: every method generates exactly --max-new-tokens tokens")
     parser.add_argument("--gammas", type=parse_gammas, default=DEFAULT_GAMMAS, metavar="G1,G2,...",
                         help="draft lengths to compare, comma-separated")
     parser.add_argument("--repeats", type=_positive_int, default=DEFAULT_REPEATS,
@@ -229,11 +245,6 @@ def format_profile(profile: dict | None) -> str:
 
 def machine_info(device: object) -> dict:
     """Device, library versions and threads: what a reader needs to compare two benchmark runs."""
-    import torch
-    import transformers
-
-    from .devices import describe_device
-
     return {
         "device": describe_device(device),
         "torch": torch.__version__,
@@ -260,6 +271,22 @@ def describe_decoding(settings: dict) -> str:
     )
 
 
+def describe_eos(settings: dict) -> str:
+    """Where generation stops early, in words (for the settings line)."""
+    if settings.get("no_eos"):
+        return f"no EOS stop (--no-eos: exactly {settings['max_new_tokens']} new tokens per prompt)"
+    return f"EOS id {settings['eos_token_id']}"
+
+
+def format_over_lean(rows: Sequence[dict]) -> str:
+    """One line per gamma: our speculative loop's time over the lean reference loop's (empty without lean rows)."""
+    return "\n".join(
+        f"ours / lean at gamma={row['gamma']}: {row['over_lean']:.2f}x time"
+        for row in rows
+        if row["method"] == SPECULATIVE and row.get("over_lean") is not None
+    )
+
+
 def format_machine(machine: dict, settings: dict) -> str:
     gammas = ",".join(str(g) for g in settings["gammas"])
     return "\n".join(
@@ -270,7 +297,7 @@ def format_machine(machine: dict, settings: dict) -> str:
             f"settings: preset {settings['preset']}, task {settings['task']}, {settings['prompts']} prompts, "
             f"max {settings['max_new_tokens']} new tokens, gammas {gammas}, {settings['repeats']} timed "
             f"repeat{'s' if settings['repeats'] != 1 else ''} after 1 warm-up pass, {describe_decoding(settings)}, "
-            f"EOS id {settings['eos_token_id']}",
+            f"{describe_eos(settings)}",
         ]
     )
 
@@ -287,9 +314,6 @@ def cross_refusal(preset: str) -> str:
 def load_cross_pair(preset: str, pair):
     """The ``--cross`` pair: ``pair``'s target object (not a second copy) with the draft of
     ``CROSS_PRESETS[preset]``, which is on another tokenizer. ConfigError for a preset without a cross twin."""
-    from .errors import ConfigError
-    from .models import PRESETS, ModelPair, load_preset_model
-
     if preset not in CROSS_PRESETS:
         raise ConfigError(cross_refusal(preset))
     name = CROSS_PRESETS[preset]
@@ -311,11 +335,6 @@ def _fail(message: str) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-
-    import torch
-
-    from .errors import ConfigError
-
     try:
         sampling = sampling_from_args(args)
     except ConfigError as error:
@@ -323,13 +342,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.cross and args.preset not in CROSS_PRESETS:
         parser.error(cross_refusal(args.preset))
 
-    from .benchmarking import HF_ASSISTED_CROSS, resolve_eos, run_benchmark
-    from .devices import get_device
-    from .errors import ContextOverflowError, SpecdecError
-    from .models import load_pair
-    from .modeling import check_fits_context
-    from .prompts import load_prompts
-    from .training.measure import encode_prompts
+    from ..models import load_pair  # looked up when called (tests replace the loaders)
+    from ..prompts import load_prompts
 
     if args.threads is not None:
         torch.set_num_threads(args.threads)
@@ -373,6 +387,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             sampling=sampling,
             seed=args.seed,
             cross=cross,
+            stop_at_eos=not args.no_eos,
         )
     except SpecdecError as error:  # e.g. a pair whose draft does not share the target's tokenizer
         parser.error(str(error))
@@ -384,7 +399,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "max_new_tokens": args.max_new_tokens,
         "gammas": list(args.gammas),
         "repeats": args.repeats,
-        "eos_token_id": resolve_eos(pair),
+        "eos_token_id": None if args.no_eos else resolve_eos(pair),
+        "no_eos": args.no_eos,
         "transformers": not args.no_transformers,
         "sampling": {"temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p},
         "greedy": sampling.is_greedy,
@@ -403,18 +419,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         },
     }
     machine = machine_info(device)
-    if not sampling.is_greedy:
-        print(DISTRIBUTION_NOTE)
-        print()
-    print(format_table(report.rows))
-    print()
-    print(format_profile(report.profile))
-    print()
-    print(format_machine(machine, settings))
-    print()
-    print(LEGEND if sampling.is_greedy else SAMPLING_LEGEND)
-    if cross is not None:
-        print(CROSS_LEGEND)
+    table = "\n".join(filter(None, [format_table(report.rows), format_over_lean(report.rows)]))
+    legend = (LEGEND if sampling.is_greedy else SAMPLING_LEGEND) + ("" if cross is None else "\n" + CROSS_LEGEND)
+    blocks = [table, format_profile(report.profile), format_machine(machine, settings), legend]
+    print("\n\n".join(blocks if sampling.is_greedy else [DISTRIBUTION_NOTE] + blocks))
 
     if args.json is not None:
         document = {

@@ -1,0 +1,258 @@
+"""The benchmark's methods: every way to decode it compares, behind one interface (`Method.generate`).
+
+Five ways to decode with the same target model and the same `SamplingConfig` (``GenerationSpec.sampling``):
+
+    autoregressive   our baseline: the target alone, one cached forward per token (`autoregressive_generate`)
+    speculative      our speculative decoding with the pair's draft model, for each gamma (`speculative_generate`;
+                     greedy verification, or exact rejection-sampling verification when sampling)
+    lean             greedy only: a minimal speculative loop written with plain transformers (`lean_generate`:
+                     one `DynamicCache` per model, no trace, no checks), for each gamma. It decodes exactly like
+                     ``speculative`` (the same rounds), so ``ours / lean`` is what the library's loop costs above
+                     the bare algorithm (``over_lean`` in `specdec_lib.bench.report`)
+    hf-assisted      transformers' assisted generation, ``target.generate(assistant_model=draft)``, draft length
+                     fixed to gamma (``num_assistant_tokens=gamma``, schedule ``"constant"``, no confidence stop)
+    hf-greedy        transformers' plain ``target.generate(do_sample=False)``: the framework's own greedy loop;
+    (hf-sample)      with sampling, ``target.generate(do_sample=True, temperature, top_k, top_p)`` instead
+
+With a *cross* pair (``run_benchmark(..., cross=...)``: the same target object with a draft on another tokenizer,
+e.g. ``draft_b`` of the ``embedded-cross`` preset), two more methods per gamma:
+
+    speculative-cross  our speculative decoding with that draft: `CrossTokenizerDrafter` (greedy: text round trip,
+                       boundary alignment) or, with sampling, `CrossVocabularySamplingDrafter` (exact verification
+                       inside the vocabulary intersection)
+    hf-assisted-cross  transformers' universal assisted decoding, ``target.generate(assistant_model=draft,
+                       tokenizer=..., assistant_tokenizer=...)``, gamma draft tokens per round; greedy only (with
+                       sampling the row is left out)
+
+transformers' methods live in `specdec_lib.bench.hf`; `specdec_lib.bench.build_methods` assembles the rows. Every method stops at the same EOS (``GenerationSpec``;
+None: never early, every method generates exactly ``max_new_tokens``).
+
+**Greedy** (the default): every method must emit the baseline's tokens, which the ``identical`` column checks.
+
+**Sampling** (temperature > 0): every method samples from the same processed distribution, but from its own random
+stream (ours draw drafts, acceptance tests and recovered tokens from one generator, transformers uses the global
+RNG in its own order), so tokens cannot match and ``identical`` is ``NOT_APPLICABLE``. That the methods' outputs are
+*distributed* like the target's own samples is a statistical claim, tested by tests/test_sampling_distribution.py
+and shown in notebook 02, not by a benchmark. The seeds are the protocol's (`specdec_lib.bench.protocol.run_seed`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from transformers import DynamicCache, PreTrainedModel
+
+from ..baseline import autoregressive_generate
+from ..drafters import CrossTokenizerDrafter, CrossVocabularySamplingDrafter
+from ..drafters.base import Drafter
+from ..errors import ConfigError
+from ..modeling import forward_keywords, unwrap_compiled
+from ..models import ModelPair
+from ..sampling import GREEDY, SamplingConfig
+from ..speculative import check_gamma, speculative_generate
+from ..trace import GenerationResult
+
+BASELINE = "autoregressive"
+SPECULATIVE = "speculative"
+LEAN = "lean"
+HF_ASSISTED = "hf-assisted"
+HF_GREEDY = "hf-greedy"
+HF_SAMPLE = "hf-sample"
+SPECULATIVE_CROSS = "speculative-cross"
+HF_ASSISTED_CROSS = "hf-assisted-cross"
+
+
+@dataclass(frozen=True)
+class GenerationSpec:
+    """What every method is asked for: the same length limit, end-of-sequence token and sampling settings."""
+
+    max_new_tokens: int
+    eos_token_id: int | None = None  # None: never stop early (every method alike)
+    pad_token_id: int | None = None  # only for transformers' generate (silences its warning); defaults to EOS
+    sampling: SamplingConfig = GREEDY  # temperature 0: greedy; otherwise temperature, top-k, top-p
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.sampling, SamplingConfig):
+            raise ConfigError(f"sampling must be a SamplingConfig, got {type(self.sampling).__name__}.")
+
+
+class Method:
+    """One way to decode. Subclasses implement `generate`; ``key`` names the row (``name[gamma=g]``)."""
+
+    name: str = "method"
+    gamma: int | None = None
+    source: str = ""  # where the row's forwards and acceptance come from: "trace" or "forward counts"
+    draft_role: str = "draft"  # which model of `measure`'s ``count_models`` is this method's draft
+    # forward counts: every target forward is a verification round (mean acceptance length = tokens / forwards)
+    counts_rounds: bool = True
+    counts_acceptance: bool = True  # forward counts give accepted / drafted (False: drafts counted in other units)
+
+    @property
+    def key(self) -> str:
+        return self.name if self.gamma is None else f"{self.name}[gamma={self.gamma}]"
+
+    def generate(self, input_ids: torch.Tensor, seed: int | None = None) -> tuple[list[int], GenerationResult | None]:
+        """The new tokens after ``input_ids: LongTensor[1, T]``, and our `GenerationResult` when there is one.
+        ``seed`` seeds this generation's sampling (ignored when greedy; None: unseeded)."""
+        raise NotImplementedError
+
+
+class Autoregressive(Method):
+    name, source = BASELINE, "trace"
+
+    def __init__(self, target: PreTrainedModel, spec: GenerationSpec) -> None:
+        self.target, self.spec = target, spec
+
+    def generate(self, input_ids: torch.Tensor, seed: int | None = None) -> tuple[list[int], GenerationResult | None]:
+        result = autoregressive_generate(
+            self.target,
+            input_ids,
+            max_new_tokens=self.spec.max_new_tokens,
+            eos_token_id=self.spec.eos_token_id,
+            sampling=self.spec.sampling,
+            seed=None if self.spec.sampling.is_greedy else seed,
+        )
+        return result.new_token_list, result
+
+
+class Speculative(Method):
+    name, source = SPECULATIVE, "trace"
+
+    def __init__(self, target: PreTrainedModel, drafter: Drafter, gamma: int, spec: GenerationSpec) -> None:
+        check_gamma(gamma)
+        self.target, self.drafter, self.gamma, self.spec = target, drafter, gamma, spec
+
+    def generate(self, input_ids: torch.Tensor, seed: int | None = None) -> tuple[list[int], GenerationResult | None]:
+        result = speculative_generate(
+            self.target,
+            self.drafter,
+            input_ids,
+            gamma=self.gamma,
+            max_new_tokens=self.spec.max_new_tokens,
+            eos_token_id=self.spec.eos_token_id,
+            sampling=self.spec.sampling,
+            seed=None if self.spec.sampling.is_greedy else seed,
+            verification="exact",
+        )
+        return result.new_token_list, result
+
+
+class SpeculativeCross(Speculative):
+    """Our speculative decoding with a draft on another tokenizer (row ``speculative-cross``): the drafter is a
+    `CrossTokenizerDrafter` (greedy) or a `CrossVocabularySamplingDrafter` (sampling, exact verification)."""
+
+    name = SPECULATIVE_CROSS
+
+
+@torch.inference_mode()
+def lean_generate(
+    target: PreTrainedModel,
+    draft: PreTrainedModel,
+    input_ids: torch.Tensor,
+    *,
+    gamma: int,
+    max_new_tokens: int,
+    eos_token_id: int | None = None,
+) -> list[int]:
+    """Greedy speculative decoding in plain transformers, the bare algorithm: the new tokens after ``input_ids``.
+
+    One `DynamicCache` per model; each round drafts ``k <= gamma`` tokens greedily with ``draft`` (its first
+    forward also feeds what its cache lacks), runs one ``target`` forward over [last token, drafts] keeping
+    ``k + 1`` rows of logits, accepts the drafts matching the target's argmax plus the target's own token, and
+    crops both caches past the first rejection. The last round drafts fewer so as to stop at exactly
+    ``max_new_tokens``; an ``eos_token_id`` anywhere in a round ends generation right after it (None: never).
+    Same tokens as `autoregressive_generate` (greedy); no trace, no input checks. The cache keyword of each
+    forward is read by `forward_keywords` (``cache`` in transformers 5.24, ``past_key_values`` before).
+    """
+    t_keyword = forward_keywords(type(unwrap_compiled(target))).cache
+    d_keyword = forward_keywords(type(unwrap_compiled(draft))).cache
+    t_cache, d_cache = DynamicCache(config=target.config), DynamicCache(config=draft.config)
+    device, prompt = input_ids.device, input_ids.shape[1]
+
+    def argmax(model, keyword, cache, ids: list[int] | torch.Tensor, keep: int) -> list[int]:  # last `keep` rows
+        ids = ids if isinstance(ids, torch.Tensor) else torch.tensor([ids], device=device)
+        return model(input_ids=ids, use_cache=True, logits_to_keep=keep, **{keyword: cache}).logits[0].argmax(-1).tolist()
+
+    seq = input_ids[0].tolist() + argmax(target, t_keyword, t_cache, input_ids, 1)
+    fed = 0  # the draft's cache holds seq[:fed]
+    while seq[-1] != eos_token_id and len(seq) - prompt < max_new_tokens:
+        k = min(gamma, max_new_tokens - (len(seq) - prompt) - 1)  # k drafts + 1 target token must fit
+        drafts, step = [], seq[fed:]
+        for _ in range(k):
+            drafts += argmax(draft, d_keyword, d_cache, step, 1)
+            step = drafts[-1:]
+        choice = argmax(target, t_keyword, t_cache, seq[-1:] + drafts, k + 1)
+        n = 0
+        while n < k and drafts[n] == choice[n]:
+            n += 1
+        new = drafts[:n] + choice[n : n + 1]
+        seq += new[: new.index(eos_token_id) + 1] if eos_token_id in new else new
+        if k > n:
+            t_cache.crop(n - k)  # the target's cache holds seq[:-1] again
+        fed = min(d_cache.get_seq_length(), len(seq) - 1)
+        if d_cache.get_seq_length() > fed:
+            d_cache.crop(fed - d_cache.get_seq_length())
+    return seq[prompt:]
+
+
+class Lean(Method):
+    """The ``lean`` reference row (greedy only): `lean_generate` with the pair's draft model. Forward counts give
+    its tokens per target forward; its acceptance columns stay blank (its rounds are ours: same drafts, same
+    verdicts), as its prefill forward verifies nothing, unlike transformers' first forward."""
+
+    name, source, counts_rounds, counts_acceptance = LEAN, "forward counts", False, False
+
+    def __init__(self, target: PreTrainedModel, draft: PreTrainedModel, gamma: int, spec: GenerationSpec) -> None:
+        check_gamma(gamma)
+        if not spec.sampling.is_greedy:
+            raise ConfigError("The lean reference loop decodes greedily only; with sampling, leave it out.")
+        self.target, self.draft, self.gamma, self.spec = target, draft, gamma, spec
+
+    def generate(self, input_ids: torch.Tensor, seed: int | None = None) -> tuple[list[int], GenerationResult | None]:
+        tokens = lean_generate(
+            self.target,
+            self.draft,
+            input_ids.to(self.target.device),
+            gamma=self.gamma,
+            max_new_tokens=self.spec.max_new_tokens,
+            eos_token_id=self.spec.eos_token_id,
+        )
+        return tokens, None
+
+
+def cross_drafter(cross: ModelPair, sampling: SamplingConfig) -> Drafter:
+    """The drafter of the ``speculative-cross`` rows: greedy `CrossTokenizerDrafter` (text round trip), or with
+    sampling `CrossVocabularySamplingDrafter`, whose q is over the target's ids so that exact verification keeps
+    the target's distribution."""
+    if sampling.is_greedy:
+        return CrossTokenizerDrafter.for_pair(cross)
+    return CrossVocabularySamplingDrafter.for_pair(cross)
+
+
+def check_cross_pair(pair: ModelPair, cross: ModelPair) -> None:
+    """Refuse a cross pair that does not share ``pair``'s target *object* (one target in memory, the same
+    weights for every row) or whose draft does not need translating (same tokenizer: use ``speculative``)."""
+    if not isinstance(cross, ModelPair):
+        raise ConfigError(f"cross must be a ModelPair (the same target with a draft on another tokenizer), got {type(cross).__name__}.")
+    if cross.target is not pair.target:
+        raise ConfigError(
+            "The cross pair must share the benchmark pair's target object (cross.target is pair.target): one "
+            "target in memory, and every row verified by the same weights. Build it as "
+            "ModelPair(pair.target, draft_b, pair.target_tokenizer, draft_b_tokenizer, ...)."
+        )
+    if cross.same_tokenizer:
+        raise ConfigError(
+            "The cross pair's draft shares the target's tokenizer: nothing to translate. Its rows would be the "
+            "ordinary speculative rows; give a draft on another tokenizer (e.g. draft_b of 'embedded-cross')."
+        )
+
+
+def resolve_eos(pair: ModelPair) -> int | None:
+    """The EOS every method stops at: the target tokenizer's, else the target's generation config's (if one id)."""
+    eos = pair.target_tokenizer.eos_token_id
+    if eos is None:
+        eos = getattr(pair.target.generation_config, "eos_token_id", None)
+        if isinstance(eos, (list, tuple)):
+            eos = eos[0] if len(eos) == 1 else None
+    return eos
