@@ -35,6 +35,7 @@ from specdec_lib.bench import (
     LEAN,
     NOT_APPLICABLE,
     SPECULATIVE,
+    SPECULATIVE_BLOCK,
     SPECULATIVE_CROSS,
     Autoregressive,
     GenerationSpec,
@@ -611,6 +612,24 @@ def test_cli_sampling_run_states_settings_and_what_identical_means(fake_loading,
     decoding = "sampling (temperature 0.8, top-k off, top-p 0.9; ours: exact rejection-sampling verification), seed 3"
     assert decoding in out
     assert len(document["seeds"]) == 2 and len(document["seeds"][0]) == 2
+
+
+def test_cli_block_adds_block_verification_rows_next_to_the_token_wise_ones(fake_loading, tmp_path, capsys):
+    argv = ["--prompts", "2", "--max-new-tokens", "6", "--gammas", "2", "--repeats", "1", "--no-transformers",
+            "--temperature", "1.0", "--block"]
+    out, document = run_cli(argv, tmp_path / "block.json", capsys)
+    rows = document["rows"]
+    assert [(row["method"], row["gamma"]) for row in rows] == [(BASELINE, None), (SPECULATIVE, 2),
+                                                               (SPECULATIVE_BLOCK, 2)]
+    assert document["settings"]["verification"] == "exact and block"
+    block = rows[-1]
+    assert block["alpha_from"] == "trace" and 1 <= block["mean_acceptance_length"] <= 3
+
+
+def test_cli_block_is_refused_when_greedy(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["--block", "--no-progress"])
+    assert exit_info.value.code == 2 and "at temperature 0 they coincide" in capsys.readouterr().err
 
 
 def test_cli_greedy_settings_say_greedy(fake_loading, tmp_path, capsys):

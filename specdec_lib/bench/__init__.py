@@ -31,12 +31,14 @@ from .methods import (
     HF_SAMPLE,
     LEAN,
     SPECULATIVE,
+    SPECULATIVE_BLOCK,
     SPECULATIVE_CROSS,
     Autoregressive,
     GenerationSpec,
     Lean,
     Method,
     Speculative,
+    SpeculativeBlock,
     SpeculativeCross,
     check_cross_pair,
     cross_drafter,
@@ -64,10 +66,12 @@ def build_methods(
     *,
     transformers: bool = True,
     cross: ModelPair | None = None,
+    block: bool = False,
 ) -> list[Method]:
     """The benchmark's methods for ``pair``: baseline, hf-greedy (hf-sample when ``spec`` samples), ours for each
-    gamma, [lean for each gamma, greedy only], [ours with the cross draft for each gamma], hf-assisted for each
-    gamma, [hf-assisted-cross for each gamma, greedy only].
+    gamma, [ours with block verification for each gamma: ``block=True``, sampling only], [lean for each gamma,
+    greedy only], [ours with the cross draft for each gamma], hf-assisted for each gamma, [hf-assisted-cross for
+    each gamma, greedy only].
 
     ``transformers=False`` leaves out transformers' methods (``lean``, our reference loop, stays). One
     `DraftModelDrafter` serves every gamma (it resets its cache at each generation); building it checks that the
@@ -80,10 +84,17 @@ def build_methods(
         check_gamma(gamma)
     drafter = DraftModelDrafter.for_pair(pair)
     greedy = spec.sampling.is_greedy
+    if block and greedy:
+        raise ConfigError(
+            "Block verification coincides with token-wise verification at temperature 0 (greedy): its rows would "
+            "repeat the speculative rows. Sample (e.g. --temperature 1.0) to compare them."
+        )
     methods: list[Method] = [Autoregressive(pair.target, spec)]
     if transformers:
         methods.append(HFGenerate(pair.target, spec))
     methods += [Speculative(pair.target, drafter, gamma, spec) for gamma in gammas]
+    if block:
+        methods += [SpeculativeBlock(pair.target, drafter, gamma, spec) for gamma in gammas]
     if greedy:
         methods += [Lean(pair.target, pair.draft, gamma, spec) for gamma in gammas]
     if cross is not None:
@@ -111,6 +122,7 @@ def run_benchmark(
     cross: ModelPair | None = None,
     overhead: bool | None = None,
     stop_at_eos: bool = True,
+    block: bool = False,
 ) -> Report:
     """Benchmark ``pair`` on ``prompts`` (``LongTensor[1, T]`` each, target token ids): `build_methods`, `measure`,
     `build_report`, then `profile_method` at our best gamma. Every method stops at the same EOS (`resolve_eos`)
@@ -120,11 +132,12 @@ def run_benchmark(
 
     ``cross``: the same target object with a draft on another tokenizer; adds the ``speculative-cross`` (and,
     greedy, ``hf-assisted-cross``) rows. ``overhead``: measure `drafter_overhead` for each of our speculative rows
-    (pass ``repeats + 2``); None: only when ``cross`` is given."""
+    (pass ``repeats + 2``); None: only when ``cross`` is given. ``block``: also our rows with block verification
+    (``speculative-block``, sampling only)."""
     eos = resolve_eos(pair) if stop_at_eos else None
     spec = GenerationSpec(max_new_tokens, eos, pair.target_tokenizer.pad_token_id, sampling)
     seed = None if sampling.is_greedy else seed
-    methods = build_methods(pair, gammas, spec, transformers=transformers, cross=cross)
+    methods = build_methods(pair, gammas, spec, transformers=transformers, cross=cross, block=block)
     prompts = [p.to(pair.device) for p in prompts]
     count_models = {"target": pair.target, "draft": pair.draft}
     if cross is not None:
@@ -182,8 +195,10 @@ __all__ = [
     "Report",
     "Run",
     "SPECULATIVE",
+    "SPECULATIVE_BLOCK",
     "SPECULATIVE_CROSS",
     "Speculative",
+    "SpeculativeBlock",
     "SpeculativeCross",
     "TimedDrafter",
     "assistant_config",

@@ -174,6 +174,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--prompts", type=_positive_int, default=DEFAULT_PROMPTS, help="first N prompts of the set")
     parser.add_argument("--max-new-tokens", type=_positive_int, default=DEFAULT_MAX_NEW_TOKENS,
                         help="tokens to generate per prompt (fewer when EOS comes first, unless --no-eos)")
+    parser.add_argument("--block", action="store_true",
+                        help="sampling: also our speculative decoding with block verification (rows "
+                        "speculative-block, the same drafter, timed side by side with the token-wise rows)")
     parser.add_argument("--no-eos", action="store_true",
                         help="never stop at EOS: every method generates exactly --max-new-tokens tokens")
     parser.add_argument("--gammas", type=parse_gammas, default=DEFAULT_GAMMAS, metavar="G1,G2,...",
@@ -341,6 +344,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(str(error))
     if args.cross and args.preset not in CROSS_PRESETS:
         parser.error(cross_refusal(args.preset))
+    if args.block and sampling.is_greedy:
+        parser.error("--block compares block with token-wise verification of *sampled* drafts; at temperature 0 "
+                     "they coincide. Give a temperature > 0 (e.g. --temperature 1.0).")
 
     from ..models import load_pair  # looked up when called (tests replace the loaders)
     from ..prompts import load_prompts
@@ -388,6 +394,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             seed=args.seed,
             cross=cross,
             stop_at_eos=not args.no_eos,
+            block=args.block,
         )
     except SpecdecError as error:  # e.g. a pair whose draft does not share the target's tokenizer
         parser.error(str(error))
@@ -407,7 +414,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "seed": None if sampling.is_greedy else args.seed,
         "seeding": None if sampling.is_greedy else "run_seed(seed, pass, prompt): sha256-derived; pass 0 = warm-up, "
         "r + 1 = repeat r, repeats + 1 = profile; the same seed for every method",
-        "verification": "greedy" if sampling.is_greedy else "exact",
+        "verification": "greedy" if sampling.is_greedy else ("exact and block" if args.block else "exact"),
         "cross": None if cross is None else {
             "preset": cross.preset,
             "draft_vocab_size": cross.draft.config.get_text_config().vocab_size,

@@ -59,6 +59,7 @@ LEAN = "lean"
 HF_ASSISTED = "hf-assisted"
 HF_GREEDY = "hf-greedy"
 HF_SAMPLE = "hf-sample"
+SPECULATIVE_BLOCK = "speculative-block"
 SPECULATIVE_CROSS = "speculative-cross"
 HF_ASSISTED_CROSS = "hf-assisted-cross"
 
@@ -118,6 +119,7 @@ class Autoregressive(Method):
 
 class Speculative(Method):
     name, source = SPECULATIVE, "trace"
+    verification = "exact"  # token-wise rejection sampling when sampling (greedy: argmax matching)
 
     def __init__(self, target: PreTrainedModel, drafter: Drafter, gamma: int, spec: GenerationSpec) -> None:
         check_gamma(gamma)
@@ -133,9 +135,16 @@ class Speculative(Method):
             eos_token_id=self.spec.eos_token_id,
             sampling=self.spec.sampling,
             seed=None if self.spec.sampling.is_greedy else seed,
-            verification="exact",
+            verification=self.verification,
         )
         return result.new_token_list, result
+
+
+class SpeculativeBlock(Speculative):
+    """Our speculative decoding with block verification (row ``speculative-block``, sampling only: at temperature
+    0 it coincides with the ``speculative`` row): the same drafter, the accepted prefix decided jointly."""
+
+    name, verification = SPECULATIVE_BLOCK, "block"
 
 
 class SpeculativeCross(Speculative):
