@@ -115,4 +115,5 @@ def describe_device(device: torch.device | str) -> str:
         return f"cuda:{index} ({torch.cuda.get_device_name(index)})"
     if device.type == "mps":
         return "mps (Apple GPU)"
-    return f"{device.type} ({torch.get_num_threads()} threads)"
+    threads = torch.get_num_threads()
+    return f"{device.type} ({threads} thread{'' if threads == 1 else 's'})"
