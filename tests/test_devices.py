@@ -59,5 +59,12 @@ def test_synchronize_is_a_noop_on_cpu():
     synchronize(torch.device("cpu"))
 
 
-def test_describe_cpu_names_threads():
-    assert describe_device("cpu") == f"cpu ({torch.get_num_threads()} threads)"
+def test_describe_cpu_names_threads_with_the_right_plural():
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        assert describe_device("cpu") == "cpu (1 thread)"
+        torch.set_num_threads(2)
+        assert describe_device("cpu") == "cpu (2 threads)"
+    finally:
+        torch.set_num_threads(threads)
