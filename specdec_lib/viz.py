@@ -2,16 +2,20 @@
 
 - **Round views.** `trace_rounds` runs the library's own `speculative_generate` and returns, next to its
   result, one `RoundView` per target forward: the tokens the drafter proposed, how many the target accepted,
-  and the token the target added (recovered or bonus). `render_rounds_html` colours them:
+  and the token the target added, with the round's `RoundRecord.kind` (prefill, target, recovered or bonus).
+  `render_rounds_html` colours them:
 
       accepted draft tokens        green
       the first rejected draft     red, struck through (the target disagreed here)
       the rest of the draft        grey (never checked: they followed a rejected token)
       the target's own token       blue, bold (recovered where the draft went wrong, bonus after a full accept)
 
-  `round_stepper` wraps `rounds_upto_html` (the first n rounds) in an ipywidgets slider with a play button.
+  `round_stepper` wraps `rounds_upto_html` (the first n rounds) in an ipywidgets slider with a play button; a
+  notebook stores it with a static fallback (`stepper_fallback`: the rounds it shows, as HTML and as one line of
+  text), so a stored copy read without a running kernel shows the rounds instead of the widget's ``repr``.
 - **Plots** (matplotlib, each returns its Axes): `plot_acceptance_by_position` and
-  `plot_tokens_per_forward_vs_gamma`, the latter next to the theory curve of `theory.expected_tokens_per_round`.
+  `plot_tokens_per_forward_vs_gamma` (the mean acceptance length, tokens per verification round, next to the theory
+  curve of `theory.expected_tokens_per_round`).
 
 Everything that decides *what* is shown is a plain function, so pytest checks it without a browser.
 matplotlib and ipywidgets (the ``course`` extra) are imported only by the functions that need them.
@@ -19,8 +23,9 @@ matplotlib and ipywidgets (the ``course`` extra) are imported only by the functi
 
 from __future__ import annotations
 
+import functools
 import html
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -30,8 +35,9 @@ from .drafters.base import Draft, Drafter
 from .errors import ConfigError
 from .sampling import SamplingConfig
 from .speculative import speculative_generate
+from .stopping import AUTO
 from .theory import expected_tokens_per_round
-from .trace import GenerationResult
+from .trace import GenerationResult, RoundKind
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.axes import Axes
@@ -44,35 +50,62 @@ class RoundView:
 
     ``draft``: the token ids the drafter proposed (empty for the prefill, which drafts nothing);
     ``accepted``: how many of them the target accepted (always a prefix of ``draft``);
-    ``target_token``: the token the target added itself, at position ``accepted``: the **recovered** token when
-    ``accepted < len(draft)``, the **bonus** token when every draft was accepted; None only when an accepted
-    end-of-sequence token ended generation inside the round; ``prefill``: the prompt's forward (round 1).
+    ``target_token``: the token the target added itself, at position ``accepted``; None only when an accepted
+    end-of-sequence token ended generation inside the round;
+    ``kind``: the round's `RoundRecord.kind`, what the target's token is: ``"prefill"`` (the prompt's forward),
+    ``"target"`` (nothing was drafted: an ordinary target step), ``"recovered"`` (it replaces the first rejected
+    draft, ``accepted < len(draft)``) or ``"bonus"`` (every draft was accepted).
     """
 
     draft: tuple[int, ...]
     accepted: int
     target_token: int | None
-    prefill: bool = False
+    kind: RoundKind
 
     def __post_init__(self) -> None:
         if not 0 <= self.accepted <= len(self.draft):
             raise ConfigError(
                 f"RoundView.accepted must lie between 0 and len(draft) = {len(self.draft)}, got {self.accepted}."
             )
+        if self.kind not in _KIND_FITS:
+            raise ConfigError(f"RoundView.kind must be one of {tuple(_KIND_FITS)}, got {self.kind!r}.")
+        if not _KIND_FITS[self.kind](len(self.draft), self.accepted):
+            raise ConfigError(
+                f"A {self.kind!r} round cannot have {self.accepted} of {len(self.draft)} drafts accepted: "
+                f"{_KIND_RULES[self.kind]}."
+            )
+
+    @property
+    def prefill(self) -> bool:
+        """Whether this is the prefill round (the prompt's forward, round 1)."""
+        return self.kind == "prefill"
 
     @property
     def target_kind(self) -> str:
-        """``"recovered"`` (the target replaced a rejected draft), ``"bonus"`` (every draft was accepted) or
-        ``"target"`` (nothing was drafted: the prefill, an ordinary target step)."""
-        if not self.draft:
-            return "target"
-        return "recovered" if self.accepted < len(self.draft) else "bonus"
+        """How the target's token is coloured: ``"recovered"``, ``"bonus"`` or ``"target"`` (its own step: the
+        prefill or a round that drafted nothing)."""
+        return "target" if self.kind == "prefill" else self.kind
 
     @property
     def emitted(self) -> list[int]:
         """The tokens this round appended: the accepted drafts and the target's token."""
         tail = [] if self.target_token is None else [self.target_token]
         return list(self.draft[: self.accepted]) + tail
+
+
+# what each RoundRecord.kind says about (drafted, accepted), checked when a view is made
+_KIND_FITS = {
+    "prefill": lambda drafted, accepted: drafted == 0,
+    "target": lambda drafted, accepted: drafted == 0,
+    "recovered": lambda drafted, accepted: accepted < drafted,
+    "bonus": lambda drafted, accepted: drafted > 0 and accepted == drafted,
+}
+_KIND_RULES = {
+    "prefill": "the prefill drafts nothing",
+    "target": "a target round drafts nothing",
+    "recovered": "a recovered token replaces a rejected draft, so fewer than all drafts are accepted",
+    "bonus": "a bonus token follows a full accept of a non-empty draft",
+}
 
 
 class _RecordingDrafter(Drafter):
@@ -110,15 +143,16 @@ def views_from_run(result: GenerationResult, proposals: dict[int, list[int]]) ->
     """Rebuild one `RoundView` per round from a speculative run and the drafts proposed during it.
 
     ``proposals`` maps the committed sequence length at which a draft was proposed to its token ids (what
-    `trace_rounds` records). The accepted counts come from the run's trace and the target's tokens from its
-    output sequence; the function checks that the three agree (the accepted drafts must be the tokens that were
-    committed) and raises `ConfigError` otherwise.
+    `trace_rounds` records). The accepted counts and each round's kind (`RoundRecord.kind`: prefill, target,
+    recovered or bonus) come from the run's trace, the target's tokens from its output sequence; the function
+    checks that the three agree (the accepted drafts must be the tokens that were committed) and raises
+    `ConfigError` otherwise.
     """
     tokens = result.sequence[0].tolist()
     length = result.prompt_length
     views = []
     for index, record in enumerate(result.trace.rounds):
-        draft = [] if index == 0 else proposals.get(length, [])
+        draft = proposals.get(length, []) if record.drafted else []
         if len(draft) != record.drafted:
             raise ConfigError(
                 f"Round {index + 1} drafted {record.drafted} tokens according to the trace, but {len(draft)} were "
@@ -132,7 +166,7 @@ def views_from_run(result: GenerationResult, proposals: dict[int, list[int]]) ->
                 f"{committed[:kept_drafts]}: the proposals do not belong to this run."
             )
         target_token = committed[record.accepted] if record.emitted > record.accepted else None
-        views.append(RoundView(tuple(draft), record.accepted, target_token, prefill=index == 0))
+        views.append(RoundView(tuple(draft), record.accepted, target_token, record.kind))
         length += record.emitted
     return views
 
@@ -144,12 +178,13 @@ def trace_rounds(
     *,
     gamma: int,
     max_new_tokens: int,
-    eos_token_id: int | None = None,
+    eos_token_id: int | Sequence[int] | str | None = AUTO,
 ) -> tuple[GenerationResult, list[RoundView]]:
     """Run greedy `speculative_generate` and also return what each round drafted, accepted and added.
 
-    The run is the library's own (same tokens, same trace); the drafter is only wrapped so that every draft it
-    proposes is written down, and `views_from_run` pairs the drafts with the trace and the output.
+    The run is the library's own (same tokens, same trace, same stopping: ``eos_token_id="auto"`` stops at the
+    target's EOS, None never stops early); the drafter is only wrapped so that every draft it proposes is written
+    down, and `views_from_run` pairs the drafts with the trace and the output.
     """
     recorder = _RecordingDrafter(drafter)
     result = speculative_generate(
@@ -175,6 +210,11 @@ LEGEND: dict[str, str] = {
     "recovered": "target's token: recovered (replaces the rejected one) or bonus (after a full accept)",
 }
 _TOKEN_BOX = "white-space:pre;padding:0 2px;margin:0 1px;border-radius:3px"
+
+
+def plural(count: int, word: str) -> str:
+    """``count`` and ``word``, with an ``s`` unless count is 1: ``plural(1, "token") == "1 token"``."""
+    return f"{count} {word}{'' if count == 1 else 's'}"
 
 
 def token_text(tokenizer: Any, token_id: int) -> str:
@@ -204,7 +244,7 @@ def _round_row(view: RoundView, number: int, tokenizer: Any) -> str:
         summary = "no draft"
     else:
         summary = f"{view.accepted}/{len(view.draft)} accepted"
-    summary += f" → {len(view.emitted)} token{'s' if len(view.emitted) != 1 else ''}"
+    summary += f" → {plural(len(view.emitted), 'token')}"
     return (
         f'<div class="sd-round" style="margin:2px 0">'
         f'<span class="sd-round-label" style="display:inline-block;width:5.5em;color:#555">round {number}</span>'
@@ -231,8 +271,8 @@ def rounds_upto_html(views: Sequence[RoundView], tokenizer: Any, n: int) -> str:
     rows = "".join(_round_row(view, number, tokenizer) for number, view in enumerate(views[:n], start=1))
     emitted = sum(len(view.emitted) for view in views[:n])
     total = (
-        f'<div class="sd-total" style="margin-top:6px;color:#555">after {n} of {len(views)} rounds: '
-        f"{emitted} tokens from {n} target forward{'s' if n != 1 else ''}</div>"
+        f'<div class="sd-total" style="margin-top:6px;color:#555">after {n} of {plural(len(views), "round")}: '
+        f"{plural(emitted, 'token')} from {plural(n, 'target forward')}</div>"
     )
     return f'<div class="sd-rounds" style="font-family:monospace;line-height:1.8">{_legend()}{rows}{total}</div>'
 
@@ -242,8 +282,50 @@ def render_rounds_html(views: Sequence[RoundView], tokenizer: Any) -> str:
     return rounds_upto_html(views, tokenizer, len(views))
 
 
+STEPPER_NOTE = "Run this cell to step through the rounds."
+
+
+def stepper_fallback(views: Sequence[RoundView], tokenizer: Any, n: int) -> dict[str, str]:
+    """The static stand-in stored with the round stepper: ``{"text/html": ..., "text/plain": ...}``.
+
+    ``text/html`` is what the stepper shows at slider position ``n`` (`rounds_upto_html`) followed by
+    `STEPPER_NOTE`; ``text/plain`` says the same in one line. A front end with a running kernel shows the widget;
+    a stored copy read without one (GitHub, nbviewer, an editor without the widget state) shows these instead of
+    the widget's ``VBox(children=(HBox(...`` repr.
+    """
+    note = f'<p class="sd-stepper-note" style="color:#777;font-style:italic">{html.escape(STEPPER_NOTE)}</p>'
+    return {
+        "text/html": f'<div class="sd-stepper-fallback">{rounds_upto_html(views, tokenizer, n)}{note}</div>',
+        "text/plain": f"round stepper: {n} of {plural(len(views), 'round')} shown. {STEPPER_NOTE}",
+    }
+
+
+@functools.cache
+def _stepper_class() -> type:
+    """`RoundStepper`, made on first use so that ipywidgets is imported only by `round_stepper`."""
+    import ipywidgets as widgets
+
+    class RoundStepper(widgets.VBox):
+        """The stepper's box: an ipywidgets VBox whose display also carries a static fallback (`stepper_fallback`)."""
+
+        def __init__(self, children: list, fallback: Callable[[], dict[str, str]]) -> None:
+            super().__init__(children)
+            self._fallback = fallback
+
+        def _repr_mimebundle_(self, **kwargs) -> dict:
+            bundle = dict(super()._repr_mimebundle_(**kwargs) or {})  # text/plain + the widget view
+            bundle.update(self._fallback())  # text/html and a readable text/plain, for stored copies
+            return bundle
+
+    return RoundStepper
+
+
 def round_stepper(views: Sequence[RoundView], tokenizer: Any, *, interval_ms: int = 800) -> Any:
-    """An ipywidgets viewer: a play button and a slider that show rounds 1..n (`rounds_upto_html`)."""
+    """An ipywidgets viewer: a play button and a slider that show rounds 1..n (`rounds_upto_html`).
+
+    Returns a VBox ``[HBox([play, slider]), HTML]``; when displayed it also offers `stepper_fallback` for the
+    slider's current position, so a notebook stored with it stays readable without a running kernel.
+    """
     import ipywidgets as widgets
 
     count = len(views)
@@ -257,7 +339,8 @@ def round_stepper(views: Sequence[RoundView], tokenizer: Any, *, interval_ms: in
         view.value = rounds_upto_html(views, tokenizer, change["new"])
 
     slider.observe(show, names="value")
-    return widgets.VBox([widgets.HBox([play, slider]), view])
+    stepper_box = _stepper_class()
+    return stepper_box([widgets.HBox([play, slider]), view], lambda: stepper_fallback(views, tokenizer, slider.value))
 
 
 # --- plots -------------------------------------------------------------------------------------------------
@@ -296,8 +379,12 @@ def plot_acceptance_by_position(
 def plot_tokens_per_forward_vs_gamma(
     gammas: Sequence[int], measured: Sequence[float], alpha: float, ax: Axes | None = None
 ) -> Axes:
-    """Measured tokens per target forward against γ, with the theory ``(1 - α^(γ+1)) / (1 - α)`` and the
-    ceiling ``γ + 1`` (every draft accepted) for γ = 0 .. max(gammas). Returns the Axes.
+    """Measured tokens per verification round against γ, with the theory ``(1 - α^(γ+1)) / (1 - α)``
+    (`theory.expected_tokens_per_round`) and the ceiling ``γ + 1`` (every draft accepted) for γ = 0 .. max(gammas).
+
+    ``measured`` should be what the theory predicts, the mean acceptance length (`trace.mean_acceptance_length`,
+    the prefill excluded); `trace.tokens_per_target_forward` includes the prefill and sits below the curve.
+    Returns the Axes.
     """
     if len(gammas) != len(measured):
         raise ConfigError(f"gammas and measured must have the same length, got {len(gammas)} and {len(measured)}.")
@@ -308,6 +395,6 @@ def plot_tokens_per_forward_vs_gamma(
             label=f"theory, α = {alpha:.2f}")
     ax.plot(list(gammas), list(measured), "o", color="#e65100", markersize=7, label="measured")
     ax.set_xlabel("γ (draft tokens per round)")
-    ax.set_ylabel("tokens per target forward")
+    ax.set_ylabel("mean acceptance length\n(tokens per round)")
     ax.legend()
     return ax

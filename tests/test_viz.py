@@ -18,13 +18,16 @@ from specdec_lib.errors import ConfigError  # noqa: E402
 from specdec_lib.theory import expected_tokens_per_round  # noqa: E402
 from specdec_lib.trace import GenerationResult, RoundRecord, Trace  # noqa: E402
 from specdec_lib.viz import (  # noqa: E402
+    STEPPER_NOTE,
     STYLES,
     RoundView,
     plot_acceptance_by_position,
     plot_tokens_per_forward_vs_gamma,
     render_rounds_html,
+    plural,
     round_stepper,
     rounds_upto_html,
+    stepper_fallback,
     token_text,
     trace_rounds,
     views_from_run,
@@ -42,9 +45,9 @@ class FakeTokenizer:
 
 TOKENIZER = FakeTokenizer()
 VIEWS = [
-    RoundView((), 0, 1, prefill=True),  # prefill: "def"
-    RoundView((2, 3, 4, 5), 2, 6),  # " x", "<b>" accepted; "&" rejected; "\n" unchecked; "y" recovered
-    RoundView((7, 8), 2, 9),  # "a", "b" accepted; "c" bonus
+    RoundView((), 0, 1, "prefill"),  # prefill: "def"
+    RoundView((2, 3, 4, 5), 2, 6, "recovered"),  # " x", "<b>" accepted; "&" rejected; "\n" unchecked; "y" recovered
+    RoundView((7, 8), 2, 9, "bonus"),  # "a", "b" accepted; "c" bonus
 ]
 
 
@@ -58,12 +61,23 @@ def rows(page):
 
 
 def test_round_view_kinds_and_emitted():
-    assert VIEWS[0].target_kind == "target" and VIEWS[0].emitted == [1]
-    assert VIEWS[1].target_kind == "recovered" and VIEWS[1].emitted == [2, 3, 6]
+    assert VIEWS[0].prefill and VIEWS[0].target_kind == "target" and VIEWS[0].emitted == [1]
+    assert not VIEWS[1].prefill and VIEWS[1].target_kind == "recovered" and VIEWS[1].emitted == [2, 3, 6]
     assert VIEWS[2].target_kind == "bonus" and VIEWS[2].emitted == [7, 8, 9]
-    assert RoundView((7, 1), 2, None).emitted == [7, 1]  # generation ended at an accepted EOS
+    assert RoundView((), 0, 4, "target").target_kind == "target"  # a round that drafted nothing
+    assert RoundView((7, 1), 2, None, "bonus").emitted == [7, 1]  # generation ended at an accepted EOS
     with pytest.raises(ConfigError, match="accepted"):
-        RoundView((7,), 2, 9)
+        RoundView((7,), 2, 9, "bonus")
+
+
+@pytest.mark.parametrize(
+    "draft, accepted, kind",
+    [((7,), 0, "prefill"), ((7,), 1, "target"), ((7, 8), 2, "recovered"), ((7, 8), 1, "bonus"), ((), 0, "bonus"),
+     ((7,), 1, "accepted")],
+)
+def test_round_view_refuses_a_kind_that_contradicts_its_counts(draft, accepted, kind):
+    with pytest.raises(ConfigError, match="round|kind"):
+        RoundView(draft, accepted, 1, kind)
 
 
 def test_html_colours_each_kind_and_escapes_token_text():
@@ -82,6 +96,14 @@ def test_html_colours_each_kind_and_escapes_token_text():
     assert 'class="sd-legend"' in page and "first rejected draft token" in page
     assert "2/4 accepted → 3 tokens" in page and "prefill" in page
     assert "after 3 of 3 rounds: 7 tokens from 3 target forwards" in page
+
+
+def test_html_counts_read_in_the_singular():
+    page = rounds_upto_html(VIEWS[:1], TOKENIZER, 1)
+    assert "prefill: the prompt's forward, no draft → 1 token<" in page
+    assert "after 1 of 1 round: 1 token from 1 target forward<" in page
+    assert "after 0 of 3 rounds: 0 tokens from 0 target forwards" in rounds_upto_html(VIEWS, TOKENIZER, 0)
+    assert (plural(1, "thread"), plural(2, "thread"), plural(0, "token")) == ("1 thread", "2 threads", "0 tokens")
 
 
 def test_the_target_token_takes_the_place_of_the_rejected_one():
@@ -128,11 +150,45 @@ def test_stepper_on_no_rounds():
     assert rows(round_stepper([], TOKENIZER).children[1].value) == 0
 
 
+@pytest.mark.parametrize("n", [0, 1, 3])
+def test_stepper_fallback_is_the_rounds_shown_and_a_note(n):
+    fallback = stepper_fallback(VIEWS, TOKENIZER, n)
+    assert set(fallback) == {"text/html", "text/plain"}
+    page = fallback["text/html"]
+    assert rounds_upto_html(VIEWS, TOKENIZER, n) in page and rows(page) == n
+    assert STEPPER_NOTE == "Run this cell to step through the rounds." and STEPPER_NOTE in page
+    assert fallback["text/plain"] == f"round stepper: {n} of 3 rounds shown. {STEPPER_NOTE}"
+    assert "VBox" not in fallback["text/plain"] and "\n" not in fallback["text/plain"]
+
+
+def test_stepper_displays_with_its_fallback_next_to_the_widget_view():
+    widgets = pytest.importorskip("ipywidgets")
+    stepper = round_stepper(VIEWS, TOKENIZER)
+    assert isinstance(stepper, widgets.VBox)
+    bundle = stepper._repr_mimebundle_()
+    assert bundle["application/vnd.jupyter.widget-view+json"]["model_id"] == stepper.model_id  # live: the widget
+    assert bundle["text/html"] == stepper_fallback(VIEWS, TOKENIZER, 1)["text/html"]  # stored: round 1 + the note
+    assert bundle["text/plain"] == f"round stepper: 1 of 3 rounds shown. {STEPPER_NOTE}"
+    stepper.children[0].children[1].value = 2  # the fallback follows the slider
+    assert rows(stepper._repr_mimebundle_()["text/html"]) == 2
+
+
+def test_stepper_is_stored_readably_by_ipython_display():
+    pytest.importorskip("ipywidgets")
+    from IPython.core.formatters import DisplayFormatter
+
+    data, _ = DisplayFormatter().format(round_stepper(VIEWS, TOKENIZER))
+    assert {"text/html", "text/plain", "application/vnd.jupyter.widget-view+json"} <= set(data)
+    assert data["text/plain"].startswith("round stepper: 1 of 3 rounds shown.")
+    assert rows(data["text/html"]) == 1
+
+
 def hand_made_result():
     """Prompt [5, 6]; prefill emits 1; a round drafts [2, 3, 4] and accepts 1 (+ recovered 7); a round drafts
     [8, 9] and accepts both (+ bonus 1)."""
     trace = Trace(start_time=0.0)
-    for record in (RoundRecord(0, 0, 1, 0, 0, 0), RoundRecord(3, 1, 2, 0, 0, 3), RoundRecord(2, 2, 3, 0, 0, 2)):
+    for record in (RoundRecord(0, 0, 1, 0, 0, 0, "prefill"), RoundRecord(3, 1, 2, 0, 0, 3, "recovered"),
+                   RoundRecord(2, 2, 3, 0, 0, 2, "bonus")):
         trace.add_round(record, 0.0)
     sequence = torch.tensor([[5, 6, 1, 2, 7, 8, 9, 1]])
     return GenerationResult(sequence=sequence, prompt_length=2, method="speculative[test]", trace=trace)
@@ -140,7 +196,15 @@ def hand_made_result():
 
 def test_views_from_run_pairs_drafts_with_the_trace():
     views = views_from_run(hand_made_result(), {3: [2, 3, 4], 5: [8, 9]})
-    assert views == [RoundView((), 0, 1, prefill=True), RoundView((2, 3, 4), 1, 7), RoundView((8, 9), 2, 1)]
+    assert views == [RoundView((), 0, 1, "prefill"), RoundView((2, 3, 4), 1, 7, "recovered"),
+                     RoundView((8, 9), 2, 1, "bonus")]
+
+
+def test_views_take_their_kind_from_the_trace():
+    result = hand_made_result()
+    result.trace.rounds[1].kind = "bonus"  # a trace that contradicts its own counts is refused, not re-derived
+    with pytest.raises(ConfigError, match="'bonus' round cannot have 1 of 3"):
+        views_from_run(result, {3: [2, 3, 4], 5: [8, 9]})
 
 
 def test_views_from_run_refuses_foreign_proposals():
@@ -152,11 +216,11 @@ def test_views_from_run_refuses_foreign_proposals():
 
 def test_views_from_run_after_an_accepted_eos():
     trace = Trace(start_time=0.0)
-    for record in (RoundRecord(0, 0, 1, 0, 0, 0), RoundRecord(3, 3, 2, 0, 0, 3)):  # drafts [4, EOS, 6], all accepted
-        trace.add_round(record, 0.0)
+    for record in (RoundRecord(0, 0, 1, 0, 0, 0, "prefill"), RoundRecord(3, 3, 2, 0, 0, 3, "bonus")):
+        trace.add_round(record, 0.0)  # drafts [4, EOS, 6], all accepted; generation stops after the EOS
     result = GenerationResult(sequence=torch.tensor([[5, 3, 4, 1]]), prompt_length=1, method="t", trace=trace)
     views = views_from_run(result, {2: [4, 1, 6]})
-    assert views[1] == RoundView((4, 1, 6), 3, None)
+    assert views[1] == RoundView((4, 1, 6), 3, None, "bonus")
 
 
 @pytest.mark.parametrize("gamma", [1, 3, 5])
@@ -169,6 +233,8 @@ def test_trace_rounds_matches_the_library_run(tiny_llama, tiny_draft_llama, prom
     assert result.method == plain.method == "speculative[draft-model]"
     assert [token for view in views for token in view.emitted] == result.new_token_list
     assert [(len(v.draft), v.accepted) for v in views] == [(r.drafted, r.accepted) for r in plain.trace.rounds]
+    assert [v.kind for v in views] == [r.kind for r in plain.trace.rounds]
+    assert views[0].prefill and not any(v.prefill for v in views[1:])
     if which == "self":  # the target drafting for itself: every draft accepted, every target token a bonus
         assert all(v.accepted == len(v.draft) and v.target_kind in ("bonus", "target") for v in views)
         assert any(v.target_kind == "bonus" for v in views)
