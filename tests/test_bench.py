@@ -851,3 +851,34 @@ def test_load_cross_pair_shares_the_target_object(monkeypatch):
     assert cross.draft_tokenizer is tok_b and cross.preset == "embedded-cross"
     with pytest.raises(ConfigError, match="has none"):
         cli.load_cross_pair("hub-cross", pair)
+
+
+# --------------------------------------------------------------------------- the README's table
+
+
+def test_results_table_prints_a_bench_document_as_markdown(fake_loading, tmp_path, capsys):
+    from specdec_lib.bench.results_table import main as results_main
+
+    out, document = run_cli(["--prompts", "1", "--max-new-tokens", "4", "--gammas", "2", "--repeats", "1",
+                             "--no-transformers"], tmp_path / "run.json", capsys)
+    assert results_main([str(tmp_path / "run.json")]) == 0
+    table = capsys.readouterr().out
+    assert table.count("\n| ") == len(document["rows"]) + 2  # header, rule, one line per row
+    assert "| speculative | 2 |" in table and "ours / lean" in table and "greedy" in table
+    assert results_main([]) == 2
+
+
+def test_the_readmes_benchmark_tables_are_generated_from_the_bench_json_they_name():
+    """Between <!-- bench-table: FILES --> and <!-- /bench-table --> the README holds exactly what
+    `python -m specdec_lib.bench.results_table FILES` prints: no number typed by hand."""
+    import re
+
+    from specdec_lib.bench.results_table import results_markdown
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"<!-- bench-table: (.+?) -->\n(.*?)\n<!-- /bench-table -->", readme, flags=re.S)
+    assert blocks, "the README has no generated benchmark table"
+    for names, body in blocks:
+        paths = [Path(name) for name in names.split()]
+        assert all((ROOT / path).is_file() for path in paths), names
+        assert body.strip() == results_markdown(paths, root=ROOT).strip(), f"regenerate the table for {names}"

@@ -213,7 +213,8 @@ def build_parser() -> argparse.ArgumentParser:
 # --------------------------------------------------------------------------- printing
 
 
-def _cell(key: str, value: object) -> str:
+def format_cell(key: str, value: object) -> str:
+    """One value of column ``key`` as the table prints it (blank for None, yes/NO for identical)."""
     if value is None:
         return ""
     if key == "identical" and isinstance(value, bool):
@@ -225,7 +226,7 @@ def format_table(rows: Sequence[dict]) -> str:
     """The rows as aligned text: one header line, then one line per row (text left-aligned, numbers right).
     An `OPTIONAL_COLUMNS` column is left out when no row has a value in it."""
     keys = [key for key in COLUMNS if key not in OPTIONAL_COLUMNS or any(row.get(key) is not None for row in rows)]
-    cells = [[COLUMNS[key][0] for key in keys]] + [[_cell(key, row.get(key)) for key in keys] for row in rows]
+    cells = [[COLUMNS[key][0] for key in keys]] + [[format_cell(key, row.get(key)) for key in keys] for row in rows]
     widths = [max(len(line[i]) for line in cells) for i in range(len(keys))]
     left = {"method", "identical"}
     lines = []
@@ -267,9 +268,11 @@ def describe_decoding(settings: dict) -> str:
         return "greedy"
     top_k = sampling.get("top_k", 0)
     top_p = sampling.get("top_p", 1.0)
+    verification = {"exact and block": "exact token-wise and block verification"}.get(
+        settings.get("verification"), "exact rejection-sampling verification")
     return (
         f"sampling (temperature {sampling['temperature']:g}, top-k {top_k or 'off'}, "
-        f"top-p {'off' if top_p == 1 else f'{top_p:g}'}; ours: exact rejection-sampling verification), "
+        f"top-p {'off' if top_p == 1 else f'{top_p:g}'}; ours: {verification}), "
         f"seed {settings.get('seed')} (one derived seed per prompt and pass)"
     )
 
@@ -295,7 +298,8 @@ def format_machine(machine: dict, settings: dict) -> str:
     return "\n".join(
         [
             f"machine:  {machine['device']}, {machine['cpu_count']} CPUs ({machine['processor']}), "
-            f"torch {machine['torch']} ({machine['torch_threads']} threads), transformers {machine['transformers']}, "
+            f"torch {machine['torch']} ({machine['torch_threads']} thread{'' if machine['torch_threads'] == 1 else 's'}), "
+            f"transformers {machine['transformers']}, "
             f"python {machine['python']}",
             f"settings: preset {settings['preset']}, task {settings['task']}, {settings['prompts']} prompts, "
             f"max {settings['max_new_tokens']} new tokens, gammas {gammas}, {settings['repeats']} timed "

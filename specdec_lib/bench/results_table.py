@@ -1,0 +1,69 @@
+"""The README's benchmark table, generated from bench JSON files (never typed by hand).
+
+    python -m specdec_lib.bench.results_table data/bench/code-1-thread.json data/bench/code-2-threads.json
+
+prints, for each file, one line saying where and how it was measured (machine, threads, settings, from the JSON
+itself) and a Markdown table of its rows: the same numbers `python -m specdec_lib bench` printed, in the same
+formats. tests/test_packaging.py checks that the README holds exactly this output for the files it names.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from .cli import COLUMNS, OPTIONAL_COLUMNS, describe_decoding, describe_eos, format_cell
+
+TABLE_COLUMNS = tuple(key for key in COLUMNS if key not in OPTIONAL_COLUMNS) + ("over_lean",)
+HEADERS = {**{key: header for key, (header, _) in COLUMNS.items()}, "over_lean": "ours / lean"}
+
+
+def describe_run(document: dict) -> str:
+    """One sentence: the machine, the threads and the settings of a bench JSON document."""
+    machine, settings = document["machine"], document["settings"]
+    gammas = ", ".join(str(g) for g in settings["gammas"])
+    return (
+        f"{machine['device']} on {machine['cpu_count']} CPUs ({machine['processor']}), torch {machine['torch']}, "
+        f"transformers {machine['transformers']}; preset {settings['preset']}, task {settings['task']}, "
+        f"{settings['prompts']} prompts x {settings['max_new_tokens']} new tokens, gamma {gammas}, "
+        f"{settings['repeats']} timed repeats, {describe_decoding(settings)}, {describe_eos(settings)}"
+    )
+
+
+def markdown_table(document: dict) -> str:
+    """The rows of a bench JSON document as a Markdown table (blank cells where a method has no value)."""
+
+    def cell(key: str, row: dict) -> str:
+        value = row.get(key)
+        if key == "over_lean":
+            return "" if value is None else f"{value:.3f}x"
+        return format_cell(key, value)
+
+    lines = ["| " + " | ".join(HEADERS[key] for key in TABLE_COLUMNS) + " |",
+             "| " + " | ".join("---" for _ in TABLE_COLUMNS) + " |"]
+    lines += ["| " + " | ".join(cell(key, row) for key in TABLE_COLUMNS) + " |" for row in document["rows"]]
+    return "\n".join(lines)
+
+
+def results_markdown(paths: Sequence[Path], root: Path | None = None) -> str:
+    """For each JSON file (relative to ``root``, default the working directory): its run in one line, its table."""
+    blocks = []
+    for path in paths:
+        document = json.loads((Path(root or ".") / path).read_text(encoding="utf-8"))
+        blocks.append(f"`{Path(path).as_posix()}`: {describe_run(document)}.\n\n{markdown_table(document)}")
+    return "\n\n".join(blocks)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    paths = [Path(arg) for arg in (sys.argv[1:] if argv is None else argv)]
+    if not paths:
+        print("usage: python -m specdec_lib.bench.results_table BENCH.json [MORE.json ...]", file=sys.stderr)
+        return 2
+    print(results_markdown(paths))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
