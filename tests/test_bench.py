@@ -399,7 +399,7 @@ def test_cli_prints_the_table_and_writes_the_same_numbers_as_json(fake_loading, 
     assert document["settings"]["eos_token_id"] == 1 and document["settings"]["no_eos"] is False
     assert [p["id"] for p in document["prompts"]] == ["code-001", "code-002"]
     assert len(document["raw"]["speculative[gamma=2]"]["seconds"][0]) == 2
-    assert "machine:" in out and "transformers" in out and "threads" in out
+    assert "machine:" in out and "transformers" in out and "thread" in out
     assert all(row["identical"] for row in rows)
 
 
