@@ -24,8 +24,8 @@ class CachedModel:
     """``model`` with its KV cache (``kind``: ``"dynamic"`` or ``"preallocated"``, see `new_cache`) and the ids in it.
 
     Call `reset` at the start of every generation (a first `sync` without one resets for the whole context). The
-    ids live in a ``LongTensor[max_positions]`` buffer on the
-    model's device, so appending drafted tokens never moves them to the host.
+    ids live in a ``LongTensor[max_len]`` buffer on the model's device, so appending drafted tokens never moves
+    them to the host.
     """
 
     def __init__(self, model: PreTrainedModel, kind: str = "dynamic") -> None:
@@ -41,8 +41,7 @@ class CachedModel:
 
         A pre-allocated cache is reused when its storage is large enough (emptying it only moves its pointer)."""
         max_len = self.max_positions if max_len is None else min(int(max_len), self.max_positions)
-        reusable = isinstance(self.cache, PreallocatedCache) and self.cache.layers[0].max_len >= max_len
-        if self.kind == "preallocated" and reusable:
+        if isinstance(self.cache, PreallocatedCache) and self.cache.layers[0].max_len >= max_len:
             crop_cache(self.cache, 0)
         else:
             self.cache = new_cache(self.model, self.kind, max_len=max_len)

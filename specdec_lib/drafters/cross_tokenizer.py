@@ -34,7 +34,6 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ..errors import ConfigError
-from ..modeling import context_length
 from ..models import ModelPair
 from ..sampling import SamplingConfig, logits_to_probs, sample_token
 from ..vocab import vocabulary_intersection
@@ -162,7 +161,6 @@ class CrossTokenizerDrafter(Drafter):
             raise ConfigError(f"lookbehind must be an integer >= 1 (tokens re-encoded at a boundary), got {lookbehind!r}.")
         self.model, self.draft_tokenizer, self.target_tokenizer = draft_model, draft_tokenizer, target_tokenizer
         self.lookbehind = lookbehind
-        self.max_positions = context_length(draft_model)
         self.draft_eos = draft_tokenizer.eos_token_id
         self.state = CachedModel(draft_model)  # the draft model, its cache and the draft ids in it
         self.begin(torch.zeros(1, 1, dtype=torch.long))
@@ -203,7 +201,7 @@ class CrossTokenizerDrafter(Drafter):
         """Up to ``k`` greedy draft ids after ``context``, stopping at the draft's EOS (not included), and the
         number of draft forwards run."""
         pending = self._sync(context)
-        k = max(0, min(k, self.max_positions - len(context) + 1))
+        k = max(0, min(k, self.state.max_positions - len(context) + 1))
         drafted: list[int] = []
         forwards = 0
         for _ in range(k):
@@ -351,7 +349,7 @@ class CrossVocabularySamplingDrafter(CrossTokenizerDrafter):
             text, clean = clean_text(self.target_tokenizer, ids)
             context = self._context.update(text)
             self._last = None
-            k = max(0, min(k, self.max_positions - len(context) + 1))
+            k = max(0, min(k, self.state.max_positions - len(context) + 1))
             if k <= 0 or clean < len(ids) or not context:
                 return Draft.empty(self.model.device)
             pending = self._sync(context)
