@@ -1,29 +1,37 @@
 """Reproduce the embedded model family from scratch: ``python -m specdec_lib.train``.
 
 Stages (each logged, seeded): collect the stdlib corpus and write its manifest →
-train tokenizers A and B → tokenise → train the target (with an early-exit loss) →
-train the draft on the corpus, then distil it from the target → train draft B on
-tokenizer B → measure every model and write the cards (:mod:`specdec_lib.training.cards`).
+train tokenizers A and B → tokenise → train a shallow base target (with an early-exit
+loss) → grow it three times deeper and continue training it (depth up-scaling,
+:mod:`specdec_lib.training.depth_growth`; the early-exit loss moves to the matching
+shallow layer) → train the draft on the corpus, then distil it from the target → train
+draft B on tokenizer B → measure every model and write the cards
+(:mod:`specdec_lib.training.cards`).
 
-``--quick`` trains tiny versions on a slice of the corpus in seconds: the pipeline's
-own test uses it. The full family takes about 35–40 minutes on 2 CPU cores.
+``--grow-from FOLDER`` skips the base stage and grows a saved base instead (the v1
+target, which is exactly what the base stage trains). ``--quick`` trains tiny versions
+on a slice of the corpus in seconds: the pipeline's own test uses it. Training steps for
+extra heads on the frozen target are kept out of this pipeline on purpose, so that they
+can be added without retraining the family.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import os
-
 import torch
+from transformers import AutoTokenizer, LlamaForCausalLM
 
 from .paths import EMBEDDED_MODEL_NAMES, REPO_DATA_DIR
 from .training.cards import write_cards
 from .training.corpus import collect_stdlib_sources, corpus_manifest, split_files, write_manifest
-from .training.measure import encode_prompts, forward_cost, greedy_agreement, greedy_continuations
+from .training.depth_growth import grow_depth
+from .training.measure import (distinct_4gram_share, encode_prompts, forward_cost, greedy_agreement,
+                               greedy_continuations)
 from .training.model_training import ModelSpec, build_model, train_model, validation_loss
 from .training.tokenizer_training import (
     save_tokenizer,
@@ -33,12 +41,17 @@ from .training.tokenizer_training import (
 )
 
 
+#: Written beside a saved base target: the summary of the run that trained it (read back by ``--grow-from``).
+BASE_SUMMARY_FILE = "training_summary.json"
+
+
 @dataclass(frozen=True)
 class FamilySpec:
     """Everything that defines the family: tokenizer sizes, model specs, corpus size, seed."""
 
     vocab_a: int
     vocab_b: int
+    target_base: ModelSpec  # trained first, then grown into `target` (same width, a whole multiple of its depth)
     target: ModelSpec
     draft: ModelSpec
     draft_b: ModelSpec
@@ -50,10 +63,13 @@ class FamilySpec:
 FULL = FamilySpec(
     vocab_a=4096,
     vocab_b=3072,
-    target=ModelSpec(layers=8, hidden=192, intermediate=512, heads=4, context=512, steps=1400, batch_size=6,
-                     learning_rate=2e-3, early_exit_layer=2, early_exit_weight=0.3),
+    target_base=ModelSpec(layers=8, hidden=192, intermediate=512, heads=4, context=512, steps=1400, batch_size=6,
+                          learning_rate=2e-3, early_exit_layer=2, early_exit_weight=0.3),
+    # the base's exit after layer 2 sits after layer 4 of the grown model (grown_layer_index): 1/6 of the depth
+    target=ModelSpec(layers=24, hidden=192, intermediate=512, heads=4, context=512, steps=480, batch_size=6,
+                     learning_rate=1e-3, warmup_steps=40, early_exit_layer=4, early_exit_weight=0.3),
     draft=ModelSpec(layers=1, hidden=192, intermediate=512, heads=4, context=512, steps=1000, batch_size=6,
-                    learning_rate=3e-3, distill_steps=400),
+                    learning_rate=3e-3, distill_steps=300),
     draft_b=ModelSpec(layers=1, hidden=192, intermediate=512, heads=4, context=512, steps=1000, batch_size=6,
                       learning_rate=3e-3),
 )
@@ -61,7 +77,9 @@ FULL = FamilySpec(
 QUICK = FamilySpec(
     vocab_a=300,
     vocab_b=300,
-    target=ModelSpec(layers=2, hidden=32, intermediate=64, heads=2, context=64, steps=3, batch_size=2,
+    target_base=ModelSpec(layers=1, hidden=32, intermediate=64, heads=2, context=64, steps=3, batch_size=2,
+                          learning_rate=1e-3, warmup_steps=1),
+    target=ModelSpec(layers=3, hidden=32, intermediate=64, heads=2, context=64, steps=3, batch_size=2,
                      learning_rate=1e-3, warmup_steps=1, early_exit_layer=1, early_exit_weight=0.3),
     draft=ModelSpec(layers=1, hidden=32, intermediate=64, heads=2, context=64, steps=3, batch_size=2,
                     learning_rate=1e-3, warmup_steps=1, distill_steps=2),
@@ -92,9 +110,32 @@ def _save(model, tokenizer, folder: Path) -> None:
     save_tokenizer(tokenizer, folder)
 
 
-def train_family(spec: FamilySpec, out_dir: Path, work_dir: Path) -> dict:
+def _base_target(spec: FamilySpec, tok_a, tokens: torch.Tensor, work_dir: Path, grow_from: Path | None,
+                 log: list) -> tuple[LlamaForCausalLM, dict]:
+    """The shallow target to grow and its training summary.
+
+    Trained here (and saved to ``work_dir/target_base`` with its summary in ``training_summary.json``), or read
+    from ``grow_from``, whose summary (if it has one) is that of the run that trained it. A saved base must use
+    the tokenizer A trained now (its ids index the embeddings): checked."""
+    if grow_from is None:
+        base = build_model(spec.target_base, len(tok_a), tok_a.eos_token_id, spec.seed)
+        summary = train_model(base, spec.target_base, tokens, seed=spec.seed, name="target_base", log=log)
+        _save(base, tok_a, work_dir / "target_base")
+        (work_dir / "target_base" / BASE_SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
+        return base, summary
+    base = LlamaForCausalLM.from_pretrained(grow_from, dtype=torch.float32)
+    if AutoTokenizer.from_pretrained(grow_from).get_vocab() != tok_a.get_vocab():
+        raise ValueError(f"--grow-from {grow_from}: its tokenizer differs from the tokenizer A trained now, so its "
+                         "embeddings do not match; grow a base trained by this pipeline on this corpus.")
+    saved = grow_from / BASE_SUMMARY_FILE
+    summary = json.loads(saved.read_text()) if saved.is_file() else {"name": "target_base"}
+    return base, {**summary, "grown_from": str(grow_from)}
+
+
+def train_family(spec: FamilySpec, out_dir: Path, work_dir: Path, grow_from: Path | None = None) -> dict:
     """Run every stage; models, the corpus manifest, the training report and log go to ``out_dir``, the
-    draft's checkpoint from before distillation (for measuring distillation both ways) to ``work_dir``."""
+    base target and the draft's checkpoint from before distillation (for measuring distillation both ways) to
+    ``work_dir``. With ``grow_from`` the base stage is skipped and that saved base is grown instead."""
     torch.set_num_threads(spec.threads)
     started = time.perf_counter()
     log: list[dict] = []
@@ -116,8 +157,9 @@ def train_family(spec: FamilySpec, out_dir: Path, work_dir: Path) -> dict:
 
     summaries = {}
     eos_a, eos_b = tok_a.eos_token_id, tok_b.eos_token_id
-    target = build_model(spec.target, len(tok_a), eos_a, spec.seed)
-    summaries["target"] = train_model(target, spec.target, data["a"][0], seed=spec.seed, name="target", log=log)
+    base, summaries["target_base"] = _base_target(spec, tok_a, data["a"][0], work_dir, grow_from, log)
+    target = grow_depth(base, spec.target, spec.seed)
+    summaries["target"] = train_model(target, spec.target, data["a"][0], seed=spec.seed + 4, name="target", log=log)
     _save(target, tok_a, out_dir / "target")
 
     draft = build_model(spec.draft, len(tok_a), eos_a, spec.seed + 1)
@@ -136,6 +178,7 @@ def train_family(spec: FamilySpec, out_dir: Path, work_dir: Path) -> dict:
     _save(draft_b, tok_b, out_dir / "draft_b")
 
     val = {
+        "target_base": validation_loss(base, data["a"][1], spec.target_base.context),
         "target": validation_loss(target, data["a"][1], spec.target.context),
         "target_early_exit": validation_loss(target, data["a"][1], spec.target.context,
                                              exit_layer=spec.target.early_exit_layer),
@@ -158,6 +201,14 @@ def train_family(spec: FamilySpec, out_dir: Path, work_dir: Path) -> dict:
     print(json.dumps(report["validation_loss_nats_per_token"], indent=2), flush=True)
     print(f"done in {report['total_seconds'] / 60:.1f} min", flush=True)
     return report
+
+
+def _saved_base_folder(models_dir: Path, work_dir: Path) -> Path | None:
+    """Where the base target the shipped one grew from is saved: the folder it was read from, or ``work_dir``."""
+    report = models_dir / "training_report.json"
+    grown_from = json.loads(report.read_text())["training"].get("target_base", {}).get("grown_from") if report.exists() else None
+    folder = Path(grown_from) if grown_from else work_dir / "target_base"
+    return folder if (folder / "config.json").is_file() else None
 
 
 def measure_family(models_dir: Path, work_dir: Path, threads: int = 2) -> dict:
@@ -193,6 +244,15 @@ def measure_family(models_dir: Path, work_dir: Path, threads: int = 2) -> dict:
         "models": models,
         "agreement": agreement,
     }
+    base = _saved_base_folder(models_dir, work_dir)
+    if base is not None:  # a deeper target must not loop more than the base it grew from: looping inflates α
+        base_model, _ = load_model_folder(base, device=device)
+        measurements["target_base"] = {
+            "folder": base.name,
+            "distinct_4gram_share": {
+                task: distinct_4gram_share(greedy_continuations(base_model, encode_prompts(target_tok, texts, device)))
+                for task, texts in prompts.items()},
+        }
     before = work_dir / "draft_corpus_only"
     if before.exists():
         draft_before, _ = load_model_folder(before, device=device)
@@ -211,9 +271,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--work", type=Path, default=Path("runs"), help="intermediate checkpoints (not committed)")
     parser.add_argument("--quick", action="store_true", help="tiny models on a corpus slice (seconds; for tests)")
     parser.add_argument("--measure", action="store_true", help="only re-measure the saved models and rewrite the cards")
+    parser.add_argument("--grow-from", type=Path, default=None, metavar="FOLDER",
+                        help="skip the base-target stage and grow this saved base (e.g. a copy of the v1 target)")
     args = parser.parse_args(argv)
+    if args.grow_from is not None and not (args.grow_from / "config.json").is_file():
+        parser.error(f"--grow-from {args.grow_from}: no config.json there; point it at a saved model folder")
     if not args.measure:
-        train_family(QUICK if args.quick else FULL, args.out, args.work)
+        train_family(QUICK if args.quick else FULL, args.out, args.work, grow_from=args.grow_from)
     if not args.quick:  # the quick models' context is too short for the prompt sets
         print(json.dumps(measure_family(args.out, args.work), indent=2), flush=True)
 

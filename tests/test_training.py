@@ -6,8 +6,12 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from specdec_lib.models import load_model_folder
+from specdec_lib.paths import EMBEDDED_MODEL_NAMES, REPO_DATA_DIR
 from specdec_lib.train import QUICK, train_family
+from specdec_lib.training.cards import render_card
 from specdec_lib.training.corpus import SourceFile, split_files
+from specdec_lib.training.depth_growth import grow_depth, grown_layer_index
+from specdec_lib.training.model_training import ModelSpec, build_model, early_exit_logits
 from specdec_lib.training.measure import forward_cost, greedy_agreement, greedy_continuations
 from specdec_lib.training.tokenizer_training import train_tokenizer_a, train_tokenizer_b
 
@@ -36,9 +40,10 @@ def test_every_model_is_saved_in_transformers_format_and_reloads(quick_family):
 
 def test_training_lowers_the_loss_and_reports_it(quick_family):
     out, report = quick_family
-    assert set(report["validation_loss_nats_per_token"]) == {"target", "target_early_exit", "draft", "draft_b"}
+    assert set(report["validation_loss_nats_per_token"]) == {"target_base", "target", "target_early_exit", "draft",
+                                                             "draft_b"}
     log = [json.loads(line) for line in (out / "training_log.jsonl").read_text().splitlines()]
-    assert {row["model"] for row in log} == {"target", "draft", "draft_b"}
+    assert {row["model"] for row in log} == {"target_base", "target", "draft", "draft_b"}
     assert any(row["phase"] == "distill" for row in log)  # the draft was distilled from the target
     manifest = json.loads((out / "corpus_manifest.json").read_text())
     assert manifest["train_files"] > 0 and manifest["validation_files"] > 0 and len(manifest["sha256"]) == 64
@@ -71,3 +76,46 @@ def test_measurements_run_on_saved_models(quick_family):
     result = greedy_agreement(target, continuations)  # a model always agrees with itself
     assert result["alpha"] == 1.0 and result["positions"] == 8
     assert 0.0 <= greedy_agreement(draft, continuations)["alpha"] <= 1.0
+
+
+def _tiny_spec(layers: int, hidden: int = 32, **changes) -> ModelSpec:
+    return ModelSpec(layers=layers, hidden=hidden, intermediate=64, heads=2, context=64, steps=0, batch_size=1,
+                     learning_rate=1e-3, **changes)
+
+
+def test_depth_growth_starts_as_the_same_function_and_maps_the_exit_layer():
+    torch.manual_seed(0)
+    base = build_model(_tiny_spec(2), vocab_size=50, eos_token_id=0, seed=3).eval()
+    for block in base.model.layers:  # random, non-zero output projections: the check is not trivial
+        torch.nn.init.normal_(block.self_attn.o_proj.weight, std=0.2)
+        torch.nn.init.normal_(block.mlp.down_proj.weight, std=0.2)
+    grown = grow_depth(base, _tiny_spec(6), seed=4).eval()
+    ids = torch.randint(0, 50, (2, 17))
+    with torch.no_grad():
+        before = base(input_ids=ids, output_hidden_states=True)
+        after = grown(input_ids=ids, output_hidden_states=True)
+        assert torch.allclose(after.logits, before.logits, atol=1e-5)
+        for old_layer in range(2):  # the last hidden state is after the final norm (checked by the logits)
+            new_layer = grown_layer_index(old_layer, factor=3)
+            assert torch.allclose(after.hidden_states[new_layer], before.hidden_states[old_layer], atol=1e-5)
+        assert torch.allclose(early_exit_logits(grown, after.hidden_states[grown_layer_index(1, 3)]),
+                              early_exit_logits(base, before.hidden_states[1]), atol=1e-5)
+    assert grown.config.num_hidden_layers == 6
+    assert grown.model.layers[1].mlp.up_proj.weight.abs().sum() > 0  # a copy of the trained block, not blank
+
+
+@pytest.mark.parametrize("spec, message", [(_tiny_spec(5), "whole number"), (_tiny_spec(4, hidden=48), "hidden 48")])
+def test_depth_growth_refuses_a_shape_it_cannot_reproduce(spec, message):
+    base = build_model(_tiny_spec(2), vocab_size=50, eos_token_id=0, seed=3)
+    with pytest.raises(ValueError, match=message):
+        grow_depth(base, spec, seed=4)
+
+
+def test_the_shipped_cards_are_rendered_from_the_shipped_measurements():
+    """Every number in a card comes from training_report.json and measurements.json: never typed by hand."""
+    models = REPO_DATA_DIR / "models"
+    report, measurements, manifest = (json.loads((models / f).read_text()) for f in
+                                      ("training_report.json", "measurements.json", "corpus_manifest.json"))
+    for name in EMBEDDED_MODEL_NAMES:
+        config = json.loads((models / name / "config.json").read_text())
+        assert (models / name / "README.md").read_text() == render_card(name, report, measurements, manifest, config), name

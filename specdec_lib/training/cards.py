@@ -11,8 +11,10 @@ from pathlib import Path
 
 ROLE = {
     "target": "The **target**: the expensive model whose output speculative decoding must reproduce exactly. "
-              "Deep and narrow on purpose: on a CPU a forward costs roughly a fixed overhead plus a constant per "
-              "layer, so depth makes the target's forward clearly dearer than the draft's, as in real model pairs.",
+              "Deep and narrow on purpose: each layer adds its weights to stream and its framework overhead to pay "
+              "on every forward, so depth makes the target's forward clearly dearer than the one-layer draft's while "
+              "verifying several tokens in one forward stays cheap (the table below measures both), as in real "
+              "model pairs. Grown from a shallower trained model (depth up-scaling), then trained further.",
     "draft": "The **draft**: a one-layer model on the target's tokenizer (A) that proposes tokens for the target "
              "to verify. Trained on the corpus, then distilled from the target (trained to match the target's "
              "next-token distribution), which is how real drafts are aligned with their targets.",
@@ -48,6 +50,29 @@ def _architecture(spec: dict, config: dict, parameters: int) -> str:
     return "\n".join(f"| {k} | {v} |" for k, v in rows)
 
 
+def _growth_lines(report: dict, val: dict) -> list[str]:
+    """The target card's lines on its shallow base and how it was grown (see ``training/depth_growth.py``)."""
+    base, grown = report["training"]["target_base"], report["training"]["target"]["spec"]
+    base_spec = base["spec"]
+    factor = grown["layers"] // base_spec["layers"]
+    if "grown_from" in base:
+        origin = (f"read from the saved base `{Path(base['grown_from']).name}` (`--grow-from`): the base stage was not "
+                  f"re-run for these weights; in the run that trained it, it took {base['seconds'] / 60:.1f} min "
+                  f"({base['threads']} threads)")
+    else:
+        origin = f"trained in this run, {base['seconds'] / 60:.1f} min"
+    return [
+        f"- stage 1, the base: {base_spec['layers']} × {base_spec['hidden']}, {base['lm_steps']} steps "
+        f"({base['lm_tokens'] / 1e6:.1f} M tokens, peak learning rate {base_spec['learning_rate']}"
+        + (f", early exit after layer {base_spec['early_exit_layer']}" if base_spec["early_exit_layer"] else "")
+        + f"), {origin}.",
+        f"- stage 2, growth: each base block followed by {factor - 1} copies of itself whose output projections start at "
+        "zero, so the grown model starts as exactly the base's function; the early-exit loss moves to layer "
+        f"{grown['early_exit_layer']} of {grown['layers']}. "
+        "Stage 3, below: the grown model's continued training, with the early-exit loss.",
+    ]
+
+
 def render_card(name: str, report: dict, measurements: dict, manifest: dict, config: dict) -> str:
     """The README.md of model ``name``."""
     training = report["training"]["draft_corpus_only" if name == "draft" else name]
@@ -80,6 +105,7 @@ def render_card(name: str, report: dict, measurements: dict, manifest: dict, con
         "",
         "## Training",
         "",
+        *(_growth_lines(report, val) if name == "target" else []),
         f"- next-token cross-entropy: {training['lm_steps']} steps × {spec['batch_size']} windows × {spec['context']} "
         f"tokens = {training['lm_tokens'] / 1e6:.1f} M tokens, AdamW (β = 0.9, 0.95; weight decay 0.1), peak "
         f"learning rate {spec['learning_rate']}, warm-up {spec['warmup_steps']} steps then cosine decay, "
@@ -95,8 +121,10 @@ def render_card(name: str, report: dict, measurements: dict, manifest: dict, con
             f"{distill['distill_final']['kl']:.3f} nats/token."
         )
     if name == "target":
+        without_base = " (stage 1 not included: it was read from disk)" if "grown_from" in report["training"]["target_base"] else ""
         lines.append(f"- the whole family (tokenizers, target, draft, draft B, validation) took "
-                     f"{report['total_seconds'] / 60:.1f} min of wall time in the run that produced these weights.")
+                     f"{report['total_seconds'] / 60:.1f} min of wall time in the run that produced these weights"
+                     f"{without_base}.")
     lines += [
         "",
         "## Results (measured, not promised)",
@@ -108,12 +136,19 @@ def render_card(name: str, report: dict, measurements: dict, manifest: dict, con
     if name == "target":
         exit_bpb = bits_per_byte(val["target_early_exit"], report["validation_tokens"]["a"], report["validation_bytes"])
         lines.append(f"| validation loss of the early-exit head | {val['target_early_exit']:.3f} nats/token ({exit_bpb:.3f} bits/byte) |")
+        base_bpb = bits_per_byte(val["target_base"], report["validation_tokens"]["a"], report["validation_bytes"])
+        base_spec = report["training"]["target_base"]["spec"]
+        lines.append(f"| validation loss of the {base_spec['layers']}-layer base it was grown from | "
+                     f"{val['target_base']:.3f} nats/token ({base_bpb:.3f} bits/byte) |")
     lines.append(f"| one decoding forward (1 token after 64) | {m['forward_ms']:.2f} ms (median) |")
     if name == "target":
         blocks = ", ".join(f"{k}: {v:.2f}×" for k, v in m["block_cost_ratio"].items())
         lines.append(f"| cost of verifying k tokens in one forward, relative to 1 | {blocks} |")
-        lines.append(f"| distinct 4-gram share of its greedy continuations (1.0 = never repeats) | "
-                     f"{measurements['agreement']['code']['distinct_4gram_share']:.2f} on code prompts |")
+        shares = ", ".join(f"{result['distinct_4gram_share']:.2f} {task}" for task, result in measurements["agreement"].items())
+        if "target_base" in measurements:
+            shares += "; the base it grew from: " + ", ".join(
+                f"{share:.2f} {task}" for task, share in measurements["target_base"]["distinct_4gram_share"].items())
+        lines.append(f"| distinct 4-gram share of its greedy continuations (1.0 = never repeats) | {shares} |")
     if name in ("draft", "draft_b"):
         lines.append(f"| cost ratio c = draft forward / target forward | {m['c']:.3f} |")
     if name == "draft":

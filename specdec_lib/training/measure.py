@@ -38,7 +38,7 @@ def forward_cost(model: PreTrainedModel, context_ids: torch.Tensor, block: int =
     cache = new_cache(model)
     forward_with_cache(model, context_ids, cache, logits_to_keep=1)
     length = context_ids.shape[1]
-    new = context_ids[:, -block:].clone()  # any valid tokens: cost does not depend on their values
+    new = context_ids[:, -1:].repeat(1, block)  # any valid tokens: cost does not depend on their values
     times = []
     for i in range(repeats + 5):
         synchronize(model.device)
@@ -70,7 +70,6 @@ def greedy_agreement(draft: PreTrainedModel, continuations: list[GenerationResul
     """
     matches = positions = 0
     per_prompt = []
-    four_grams_distinct = four_grams_total = 0
     for result in continuations:
         sequence, start = result.sequence, result.prompt_length
         draft_logits = forward_with_cache(draft, sequence[:, :-1], None)[0]  # [T + N - 1, V]
@@ -79,15 +78,22 @@ def greedy_agreement(draft: PreTrainedModel, continuations: list[GenerationResul
         n = sequence.shape[1] - start
         matches, positions = matches + hit, positions + n
         per_prompt.append(round(hit / n, 3))
-        grams = [tuple(result.new_token_list[i : i + 4]) for i in range(max(0, n - 3))]
-        four_grams_distinct += len(set(grams))
-        four_grams_total += len(grams)
     return {
         "alpha": round(matches / positions, 4),
         "per_prompt": per_prompt,
         "positions": positions,
-        "distinct_4gram_share": round(four_grams_distinct / max(1, four_grams_total), 4),
+        "distinct_4gram_share": distinct_4gram_share(continuations),
     }
+
+
+def distinct_4gram_share(continuations: list[GenerationResult]) -> float:
+    """Distinct 4-grams / all 4-grams of the new tokens, counted per continuation and pooled: 1.0 = no repeats."""
+    distinct = total = 0
+    for result in continuations:
+        tokens = result.new_token_list
+        grams = [tuple(tokens[i : i + 4]) for i in range(max(0, len(tokens) - 3))]
+        distinct, total = distinct + len(set(grams)), total + len(grams)
+    return round(distinct / max(1, total), 4)
 
 
 def encode_prompts(tokenizer: PreTrainedTokenizerBase, texts: list[str], device: torch.device) -> list[torch.Tensor]:
