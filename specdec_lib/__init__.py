@@ -24,3 +24,8 @@ from .stats import ChiSquareResult, chi_square_gof, chi_square_homogeneity, tota
 # drafting across tokenizers (notebook 04)
 from .drafters import CrossTokenizerDrafter, CrossVocabularySamplingDrafter
 from .vocab import compare_vocabularies, vocabulary_intersection
+
+# beyond one chain: token trees (notebook 07; block verification is imported above)
+from .drafters import DraftModelTreeDrafter
+from .tree_speculative import tree_speculative_generate
+from .trees import TreeShape, verify_tree_exact, verify_tree_greedy

@@ -2,7 +2,8 @@
 
 Speculative decoding appends a whole block of drafted tokens to the target's cache in one forward, then *rolls the
 cache back* past the first rejected one. Every cache in the library is made by `new_cache`, measured by
-`cache_length` and rolled back by `crop_cache`, because transformers changed this API between 5.x releases:
+`cache_length` and rolled back by `crop_cache` (or, after a token tree, `compact_cache`: keep a prefix and then
+chosen later entries), because transformers changed this API between 5.x releases:
 ``DynamicCache.crop(max_length)`` with a positive length raises in 5.24, while ``crop(-n)`` (remove the last n
 tokens) works in every version, so rollback is written with a negative count. `crop_cache` refuses, with a message
 naming the fix, any cache that cannot restore its earlier state exactly.
@@ -130,6 +131,37 @@ def crop_cache(cache: Cache, length: int) -> None:
         cache.crop(-(current - length))
 
 
+def compact_cache(cache: Cache, keep_from: int, keep: torch.Tensor) -> None:
+    """Keep the first ``keep_from`` tokens and then only the entries at ``keep`` (in order): the rollback after a
+    token tree's verification, where the accepted path's keys sit between rejected siblings.
+
+    ``keep: LongTensor[n]``, positions >= ``keep_from``, increasing (a path's nodes, in order). Afterwards the
+    cache holds ``keep_from + n`` tokens: entry ``keep_from + j`` is the old entry ``keep[j]``. Keys carry their
+    rotary position from the forward that wrote them, so a node kept at its tree depth's position is where its
+    own chain would have put it. Refuses sliding-window and uncroppable layers (their stored rows are not
+    positions).
+    """
+    current = cache_length(cache)
+    keep = keep.to(torch.long).flatten().cpu()
+    if keep.numel() and (int(keep.min()) < keep_from or int(keep.max()) >= current or bool((keep.diff() <= 0).any())):
+        raise ConfigError(
+            f"compact_cache keeps positions in [{keep_from}, {current}) in increasing order, got {keep.tolist()}."
+        )
+    for index, layer in enumerate(getattr(cache, "layers", [])):
+        if getattr(layer, "is_sliding", False) or not getattr(layer, "is_croppable", True):
+            raise ConfigError(
+                f"Cannot compact layer {index} ({type(layer).__name__}) of the {cache_kind(cache)}: a sliding-window "
+                "or uncroppable layer does not store one row per position. Token trees need full-attention layers."
+            )
+    for layer in cache.layers:
+        if isinstance(layer, PreallocatedLayer):
+            layer.compact(keep_from, keep)
+        else:
+            index = torch.cat([torch.arange(keep_from), keep]).to(layer.keys.device)
+            layer.keys = layer.keys.index_select(-2, index)
+            layer.values = layer.values.index_select(-2, index)
+
+
 class PreallocatedLayer(DynamicLayer):
     """One layer's keys and values in storage ``[batch, kv_heads, max_len, head_dim]`` plus a length pointer.
 
@@ -186,6 +218,15 @@ class PreallocatedLayer(DynamicLayer):
 
     def get_seq_length(self) -> int:
         return self.length
+
+    def compact(self, keep_from: int, keep: torch.Tensor) -> None:
+        """Move the rows at ``keep`` to ``keep_from ..`` and point the length after them (`compact_cache`)."""
+        index = keep.to(self.key_storage.device)
+        kept = index.numel()
+        self.key_storage[:, :, keep_from : keep_from + kept] = self.key_storage.index_select(2, index)
+        self.value_storage[:, :, keep_from : keep_from + kept] = self.value_storage.index_select(2, index)
+        self.length = keep_from + kept
+        self._refresh_views()
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
         return self.length + query_length, 0  # (kv_length, kv_offset) seen by the forward being prepared

@@ -16,6 +16,7 @@ of tokens per sequence, which needs ragged caches); `check_input_ids` refuses an
 
 import functools
 import inspect
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -23,6 +24,7 @@ from transformers import PreTrainedModel
 from transformers.cache_utils import Cache
 
 from .errors import ConfigError, ContextOverflowError, InputError
+from .trees import tree_attention_mask, tree_position_ids
 
 
 @dataclass(frozen=True)
@@ -132,11 +134,17 @@ def forward_with_cache(
     cache: Cache | None,
     *,
     logits_to_keep: int | None = None,
+    tree_parents: Sequence[int] | None = None,
+    tree_first: int = 0,
 ) -> torch.Tensor:
     """Run ``model`` on new tokens ``input_ids: LongTensor[1, T]`` appended after the tokens in ``cache``.
 
     The new tokens take positions ``L, ..., L + T - 1`` where ``L = cache_length(cache)``; positions are passed
     explicitly, so they stay right after a `crop_cache` rollback. ``cache`` is extended in place by T tokens.
+    With ``tree_parents`` (the N parent indices of a token tree, `specdec_lib.trees`) the input is the tree's
+    positions ``tree_first .. N`` (0: the root, 1 + i: node i; the earlier ones are the cache's last entries):
+    each gets the position ``root + depth`` and the tree attention mask (prefix, ancestors, itself) instead of
+    the causal one. The cache stores the T entries in input order.
     With ``cache=None`` the model runs without a cache on the full sequence (positions ``0 ... T - 1``): the
     "no KV cache" baseline. Runs under whatever grad mode the caller set (generation uses inference_mode).
 
@@ -159,8 +167,19 @@ def forward_with_cache(
         )
 
     keywords = forward_keywords(type(unwrap_compiled(model)))
-    positions = torch.arange(past, past + new_tokens, device=input_ids.device)  # [T]: L, ..., L + T - 1
+    positions = torch.arange(past, past + new_tokens, device=input_ids.device)  # [T]: L, ..., L + T - 1 (cache slots)
     kwargs: dict[str, object] = {"position_ids": positions.unsqueeze(0), "use_cache": cache is not None}
+    if tree_parents is not None:
+        if len(tree_parents) + 1 - tree_first != new_tokens or tree_first > past:
+            raise ConfigError(
+                f"A tree forward from tree position {tree_first} over a tree of {len(tree_parents)} nodes reads "
+                f"{len(tree_parents) + 1 - tree_first} tokens after at least {tree_first} cached ones; got "
+                f"{new_tokens} tokens after {past}.")
+        root = past - tree_first  # the root's cache position
+        dtype = next(model.parameters()).dtype
+        kwargs["position_ids"] = tree_position_ids(tree_parents, root, tree_first, input_ids.device)  # [1, T]
+        kwargs["attention_mask"] = tree_attention_mask(tree_parents, root, tree_first, dtype=dtype,
+                                                       device=input_ids.device)  # [1, 1, T, past + T]
     if cache is not None:
         kwargs[keywords.cache] = cache
         if keywords.cache_position:

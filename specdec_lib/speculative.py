@@ -53,7 +53,7 @@ def check_same_device(target_device: torch.device | str, drafter_device: torch.d
         )
 
 
-def _check_sampling(sampling: SamplingConfig, verification: str = "exact", lenience: float | None = None) -> None:
+def check_sampling(sampling: SamplingConfig, verification: str = "exact", lenience: float | None = None) -> None:
     """Refuse a sampling config that is not a `SamplingConfig` and an unknown or inconsistent verification mode."""
     if not isinstance(sampling, SamplingConfig):
         raise ConfigError(f"sampling must be a SamplingConfig, got {type(sampling).__name__}. Use e.g. GREEDY.")
@@ -118,7 +118,7 @@ def _check_draft_ids(draft_tokens: torch.Tensor, target_vocab: int) -> None:
         )
 
 
-def _first_stop(tokens: list[int], stop_ids: frozenset[int]) -> int | None:
+def first_stop(tokens: list[int], stop_ids: frozenset[int]) -> int | None:
     """Index of the first stop id in ``tokens`` (None: there is none)."""
     return next((i for i, token in enumerate(tokens) if token in stop_ids), None)
 
@@ -174,7 +174,7 @@ def speculative_generate(
     """
     check_gamma(gamma)
     _check_drafter(drafter)
-    _check_sampling(sampling, verification, lenience)
+    check_sampling(sampling, verification, lenience)
     check_generation_inputs(target, input_ids, max_new_tokens)
     stop_ids = stop_token_ids(target, eos_token_id)
     device = target.device
@@ -236,7 +236,7 @@ def speculative_generate(
             sequence[0, length + accepted] = verdict.next_token  # the recovered token replaces the first rejection
             emitted = accepted + 1
             if stop_ids:
-                stop = _first_stop(sequence[0, length : length + emitted].tolist(), stop_ids)
+                stop = first_stop(sequence[0, length : length + emitted].tolist(), stop_ids)
                 if stop is not None:  # an accepted EOS ends generation right after it
                     emitted, finished = stop + 1, True
             length += emitted  # never past total_length: k <= remaining - 1

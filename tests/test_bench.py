@@ -261,6 +261,14 @@ def test_lean_generate_equals_the_baseline_at_every_length_and_eos(pair, eos):
                                      eos_token_id=eos) == expected, (gamma, max_new, eos)
 
 
+def test_ours_over_transformers_is_the_ratio_of_the_two_rows_times_per_repeat(report):
+    for gamma in (1, 3):
+        ours, theirs = report.raw[f"{SPECULATIVE}[gamma={gamma}]"], report.raw[f"{HF_ASSISTED}[gamma={gamma}]"]
+        expected = [sum(t) / sum(o) for t, o in zip(theirs["seconds"], ours["seconds"])]
+        assert report.row(SPECULATIVE, gamma)["over_transformers_per_repeat"] == pytest.approx(expected)
+    assert all(row["over_transformers"] is None for row in report.rows if row["method"] != SPECULATIVE)
+
+
 def test_lean_is_greedy_only(sampling_report, pair):
     assert all(row["method"] != LEAN for row in sampling_report.rows)
     assert all(row["over_lean"] is None for row in sampling_report.rows)
@@ -697,6 +705,7 @@ def test_cross_rows_sit_next_to_the_same_tokenizer_rows(cross_report):
     for row in cross_report.rows:
         assert set(cli.COLUMNS) <= set(row)
         assert row["tokens_per_s"] > 0 and row["speedup"] > 0
+    assert all(cross_report.row(SPECULATIVE_CROSS, gamma)["over_transformers"] > 0 for gamma in (1, 3))
 
 
 def test_greedy_cross_rows_emit_the_baselines_tokens(cross_report):
@@ -882,3 +891,32 @@ def test_the_readmes_benchmark_tables_are_generated_from_the_bench_json_they_nam
         paths = [Path(name) for name in names.split()]
         assert all((ROOT / path).is_file() for path in paths), names
         assert body.strip() == results_markdown(paths, root=ROOT).strip(), f"regenerate the table for {names}"
+
+
+# --------------------------------------------------------------------------- token trees against the chain
+
+
+def test_the_tree_bench_puts_every_shape_next_to_its_chain_and_the_baseline(pair):
+    from specdec_lib.bench.trees import format_rows, parse_shapes, tree_rows
+
+    shapes = parse_shapes("1,1 2,1 2,2,1")
+    rows = tree_rows(pair, PROMPTS, shapes, max_new_tokens=8, repeats=1, progress=False)
+    assert [row["method"] for row in rows] == ["autoregressive", "speculative[gamma=2]", "speculative[gamma=3]",
+                                               "tree[1,1]", "tree[2,1]", "tree[2,2,1]"]
+    assert [row["nodes"] for row in rows] == [0, 2, 3, 2, 4, 10]
+    assert all(row["identical"] for row in rows)  # greedy: every row emits the baseline's tokens
+    assert rows[0]["speedup"] == 1.0 and rows[0]["tokens_per_target_forward"] == 1.0
+    assert all(row["tokens_per_target_forward"] >= 1.0 and row["verify_cost"] > 0 for row in rows)
+    # the chain-shaped tree and the chain of the same depth run the same rounds
+    assert rows[3]["tokens_per_target_forward"] == pytest.approx(rows[1]["tokens_per_target_forward"])
+    assert "tree[2,2,1]" in format_rows(rows)
+
+
+@pytest.mark.parametrize("text", ["", "1,0", "a,b", "2,,1"])
+def test_the_tree_bench_explains_a_bad_shape(text):
+    import argparse
+
+    from specdec_lib.bench.trees import parse_shapes
+
+    with pytest.raises(argparse.ArgumentTypeError, match="--shapes"):
+        parse_shapes(text)

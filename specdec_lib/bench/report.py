@@ -17,6 +17,9 @@ rounds of every prompt pooled into one `Trace` (`pooled_trace`) and read by the 
   ignores: verifying gamma + 1 positions costs more than one, and Python bookkeeping;
 - **over_lean** (``speculative`` only, greedy): per repeat, our seconds over the ``lean`` loop's seconds at the same
   gamma (all prompts), median over repeats: what the library's loop costs above the bare algorithm.
+- **over_transformers** (``speculative`` and ``speculative-cross``): per repeat, transformers' assisted generation's
+  seconds on the same drafter at the same gamma (``hf-assisted``, ``hf-assisted-cross``) over ours, median over
+  repeats: how many times faster our loop runs than transformers' on the same pair.
 
 transformers' assisted rows have no trace: their numbers come from the warm-up's forward counts. Every target
 forward is a verification (the first one also reads the prompt), one draft forward drafts one token, so
@@ -44,7 +47,7 @@ from ..trace import (
     target_forwards,
     tokens_per_target_forward,
 )
-from .methods import LEAN, SPECULATIVE, Method
+from .methods import HF_ASSISTED, HF_ASSISTED_CROSS, LEAN, SPECULATIVE, SPECULATIVE_CROSS, Method
 from .protocol import Measurements, Run
 
 #: What the ``identical`` column holds in a sampling run: token equality with the baseline cannot hold there.
@@ -174,13 +177,29 @@ def _draft_token_seconds(runs: list[list[Run]]) -> float | None:
     return _median(times)
 
 
+#: Our rows and the transformers row that runs the same drafter (``over_transformers``).
+TRANSFORMERS_TWIN = {SPECULATIVE: HF_ASSISTED, SPECULATIVE_CROSS: HF_ASSISTED_CROSS}
+
+
+def _seconds_ratio(measurements: Measurements, numerator: str, denominator: str) -> list[float | None] | None:
+    """Per repeat, method ``numerator``'s seconds over method ``denominator``'s (keys; None: one is missing)."""
+    if numerator not in measurements.timed or denominator not in measurements.timed:
+        return None
+    pairs = zip(measurements.timed[numerator], measurements.timed[denominator])
+    return [_seconds(top) / _seconds(bottom) if _seconds(bottom) > 0 else None for top, bottom in pairs]
+
+
 def _over_lean(measurements: Measurements, method: Method) -> list[float | None] | None:
     """Per repeat, ``method``'s seconds over the lean loop's at the same gamma (None: no lean row to compare)."""
-    lean = f"{LEAN}[gamma={method.gamma}]"
-    if method.name != SPECULATIVE or lean not in measurements.timed:
+    if method.name != SPECULATIVE:
         return None
-    pairs = zip(measurements.timed[method.key], measurements.timed[lean])
-    return [_seconds(ours) / _seconds(theirs) if _seconds(theirs) > 0 else None for ours, theirs in pairs]
+    return _seconds_ratio(measurements, method.key, f"{LEAN}[gamma={method.gamma}]")
+
+
+def _over_transformers(measurements: Measurements, method: Method) -> list[float | None] | None:
+    """Per repeat, transformers' assisted seconds with the same drafter and gamma over ``method``'s (None: no twin)."""
+    twin = TRANSFORMERS_TWIN.get(method.name)
+    return None if twin is None else _seconds_ratio(measurements, f"{twin}[gamma={method.gamma}]", method.key)
 
 
 def build_report(measurements: Measurements) -> Report:
@@ -222,6 +241,7 @@ def build_report(measurements: Measurements) -> Report:
             predicted = expected_speedup(alpha, method.gamma, c)
         speedup = _median(ratios)
         over_lean = _over_lean(measurements, method)
+        over_transformers = _over_transformers(measurements, method)
 
         rows.append(
             {
@@ -245,6 +265,8 @@ def build_report(measurements: Measurements) -> Report:
                 "tokens_per_target_forward": numbers["tokens_per_target_forward"],
                 "over_lean": None if over_lean is None else _median(over_lean),
                 "over_lean_per_repeat": over_lean,
+                "over_transformers": None if over_transformers is None else _median(over_transformers),
+                "over_transformers_per_repeat": over_transformers,
                 "identical_per_prompt": per_prompt,
                 "tokens_per_s_per_repeat": tps,
                 "speedup_per_repeat": ratios,

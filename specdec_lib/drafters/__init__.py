@@ -7,3 +7,6 @@ __all__ = ["Draft", "Drafter", "DraftModelDrafter", "check_draft"]
 from .cross_tokenizer import CrossTokenizerDrafter, CrossVocabularySamplingDrafter
 
 __all__ += ["CrossTokenizerDrafter", "CrossVocabularySamplingDrafter"]
+from .tree import DraftModelTreeDrafter, TokenTree
+
+__all__ += ["DraftModelTreeDrafter", "TokenTree"]

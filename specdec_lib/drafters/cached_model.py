@@ -8,6 +8,7 @@ that bookkeeping in one place:
     sync:   crop to the longest prefix of ids that agrees with the new context, return what the cache lacks
     feed:   one forward over new ids after the cache, append them, return the logits of the last position
     crop:   keep the first n ids (the rollback)
+    compact: keep the first n ids and then chosen later ones (the rollback after a token tree)
 
 Only ids after `trusted` (those fed since the drafter last confirmed them with `trust`) are compared in `sync`,
 so a round costs O(new ids), not O(sequence length), while a caller that forgot to roll back is still caught.
@@ -16,7 +17,7 @@ so a round costs O(new ids), not O(sequence length), while a caller that forgot 
 import torch
 from transformers import PreTrainedModel
 
-from ..kv_cache import PreallocatedCache, crop_cache, new_cache
+from ..kv_cache import PreallocatedCache, compact_cache, crop_cache, new_cache
 from ..modeling import context_length, forward_with_cache
 
 
@@ -61,6 +62,15 @@ class CachedModel:
             self.length = keep
         self.trusted = min(self.trusted, self.length)
 
+    def compact(self, keep_from: int, keep: torch.Tensor) -> None:
+        """Keep the first ``keep_from`` ids and then those at positions ``keep: LongTensor[n]`` (increasing, all
+        ``>= keep_from``): the rollback after a token tree, whose accepted path sits between rejected siblings."""
+        keep = keep.to(self._ids.device)
+        compact_cache(self.cache, keep_from, keep)
+        self._ids[keep_from : keep_from + keep.numel()] = self._ids[keep].clone()
+        self.length = keep_from + keep.numel()
+        self.trusted = min(self.trusted, keep_from)
+
     def trust(self, count: int) -> None:
         """Vouch that the first ``count`` held ids agree with every context `sync` will see (after a rollback)."""
         self.trusted = min(count, self.length)
@@ -82,11 +92,22 @@ class CachedModel:
 
     def feed(self, ids: torch.Tensor) -> torch.Tensor:
         """Run the model on ``ids: LongTensor[T]`` after the cache; returns the float32 logits ``[V]`` that follow."""
+        logits = forward_with_cache(self.model, ids.view(1, -1), self.cache, logits_to_keep=1)[0, -1]
+        self._append(ids)
+        return logits
+
+    def feed_tree(self, ids: torch.Tensor, parents: list[int], first: int) -> torch.Tensor:
+        """Run the model on tree positions ``first .. N`` (``ids: LongTensor[N + 1 - first]``; the root and the
+        ``first - 1`` nodes before them are the cache's last ids), with the tree's positions and attention mask
+        (`specdec_lib.trees`). Returns the float32 logits ``[N + 1 - first, V]``, one row per fed position."""
+        logits = forward_with_cache(self.model, ids.view(1, -1), self.cache, tree_parents=parents, tree_first=first)[0]
+        self._append(ids)
+        return logits
+
+    def _append(self, ids: torch.Tensor) -> None:
         count = ids.shape[0]
-        logits = forward_with_cache(self.model, ids.view(1, count), self.cache, logits_to_keep=1)[0, -1]
         if self.length + count > self._ids.numel():  # a caller that outgrew its reset(max_len)
             extra = torch.empty(count + self._ids.numel(), dtype=torch.long, device=self._ids.device)
             self._ids = torch.cat([self._ids, extra])
         self._ids[self.length : self.length + count] = ids
         self.length += count
-        return logits

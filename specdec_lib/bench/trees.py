@@ -1,0 +1,157 @@
+"""Token trees against the chain, side by side: ``python -m specdec_lib.bench.trees``.
+
+For each tree shape: the nodes the target verifies per round, the measured cost of that verify forward relative to
+a one-token forward, tokens per target forward, mean acceptance length, tokens/s and the speed-up over the target
+alone, next to the chain of the same depth (our `speculative_generate` with gamma = depth) and the baseline, on the
+same prompts with the same protocol as ``python -m specdec_lib bench`` (one warm-up pass, interleaved timed
+repeats, medians: `specdec_lib.bench.protocol`). Greedy, so every row must emit the baseline's tokens
+(``identical``). A tree pays where its extra tokens per forward outgrow the extra cost of verifying its nodes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from ..drafters import DraftModelDrafter
+from ..drafters.tree import DraftModelTreeDrafter
+from ..errors import SpecdecError
+from ..models import load_pair
+from ..prompts import TASKS, load_prompts
+from ..trace import GenerationResult, mean_acceptance_length, tokens_per_target_forward
+from ..training.measure import encode_prompts, forward_cost
+from ..tree_speculative import tree_speculative_generate
+from ..trees import TreeShape
+from .cli import machine_info
+from .methods import Autoregressive, GenerationSpec, Method, Speculative, resolve_eos
+from .protocol import measure
+from .report import pooled_trace
+
+DEFAULT_SHAPES = "1,1,1,1 2,1,1,1 2,2,1,1 3,2,1,1 4,2,2,1"
+
+
+class TreeSpeculative(Method):
+    """Our tree speculative decoding with one static shape (row ``tree[b1,b2,..]``)."""
+
+    name, source = "tree", "trace"
+
+    def __init__(self, target, drafter: DraftModelTreeDrafter, shape: TreeShape, spec: GenerationSpec) -> None:
+        self.target, self.drafter, self.shape, self.spec = target, drafter, shape, spec
+
+    @property
+    def key(self) -> str:
+        return f"tree[{','.join(map(str, self.shape.branching))}]"
+
+    def generate(self, input_ids: torch.Tensor, seed: int | None = None) -> tuple[list[int], GenerationResult | None]:
+        result = tree_speculative_generate(self.target, self.drafter, input_ids, shape=self.shape,
+                                           max_new_tokens=self.spec.max_new_tokens, eos_token_id=self.spec.eos_token_id)
+        return result.new_token_list, result
+
+
+def parse_shapes(text: str) -> list[TreeShape]:
+    """``"1,1,1 2,2,1"`` -> [TreeShape((1, 1, 1)), TreeShape((2, 2, 1))] (argparse type)."""
+    problem = "no shape given" if not text.split() else None
+    try:
+        shapes = [TreeShape(tuple(int(b) for b in part.split(","))) for part in text.split()]
+    except (ValueError, SpecdecError) as error:
+        problem = str(error)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(
+            f"--shapes takes space-separated shapes of comma-separated branchings, e.g. '1,1,1,1 2,2,1,1': {problem}"
+        )
+    return shapes
+
+
+def tree_rows(pair, prompt_ids: Sequence[torch.Tensor], shapes: Sequence[TreeShape], *, max_new_tokens: int,
+              repeats: int, progress: bool = True) -> list[dict]:
+    """Measure the baseline, one chain per tree depth and every shape; one dict per row (module docstring)."""
+    spec = GenerationSpec(max_new_tokens, resolve_eos(pair))
+    chain_drafter, tree_drafter = DraftModelDrafter.for_pair(pair), DraftModelTreeDrafter.for_pair(pair)
+    depths = sorted({shape.depth for shape in shapes})
+    methods: list[Method] = [Autoregressive(pair.target, spec)]
+    methods += [Speculative(pair.target, chain_drafter, depth, spec) for depth in depths]
+    methods += [TreeSpeculative(pair.target, tree_drafter, shape, spec) for shape in shapes]
+    measurements = measure(methods, prompt_ids, repeats=repeats, device=pair.target.device, progress=progress)
+    context = prompt_ids[0][:, :64]
+    one = forward_cost(pair.target, context, repeats=30)
+
+    def seconds(key: str, repeat: int) -> float:
+        return sum(run.seconds for run in measurements.timed[key][repeat])
+
+    base = methods[0].key
+    rows = []
+    for method in methods:
+        nodes = method.shape.size if isinstance(method, TreeSpeculative) else method.gamma or 0
+        trace = pooled_trace(measurements.timed[method.key][0])
+        rows.append({
+            "method": method.key,
+            "nodes": nodes,
+            "verify_cost": forward_cost(pair.target, context, block=nodes + 1, repeats=30) / one if nodes else 1.0,
+            "tokens_per_target_forward": tokens_per_target_forward(trace),
+            "mean_acceptance_length": mean_acceptance_length(trace) if nodes else None,
+            "tokens_per_s": statistics.median(
+                sum(run.new_tokens for run in measurements.timed[method.key][r]) / seconds(method.key, r)
+                for r in range(repeats)),
+            "speedup": statistics.median(seconds(base, r) / seconds(method.key, r) for r in range(repeats)),
+            "identical": all(run.tokens == reference for run, reference in
+                             zip(measurements.warmup[method.key], measurements.reference)),
+        })
+    return rows
+
+
+def format_rows(rows: Sequence[dict]) -> str:
+    lines = [f"{'method':18} {'nodes':>5} {'verify cost':>11} {'tokens/forward':>14} {'mean acc len':>12} "
+             f"{'tokens/s':>9} {'speed-up':>8}  identical"]
+    for row in rows:
+        mal = "" if row["mean_acceptance_length"] is None else f"{row['mean_acceptance_length']:.2f}"
+        lines.append(f"{row['method']:18} {row['nodes']:5} {row['verify_cost']:10.2f}x "
+                     f"{row['tokens_per_target_forward']:14.2f} {mal:>12} {row['tokens_per_s']:9.1f} "
+                     f"{row['speedup']:7.2f}x  {'yes' if row['identical'] else 'NO'}")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m specdec_lib.bench.trees", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--shapes", type=parse_shapes, default=parse_shapes(DEFAULT_SHAPES),
+                        help=f"tree shapes (default: '{DEFAULT_SHAPES}')")
+    parser.add_argument("--task", choices=TASKS, default="code")
+    parser.add_argument("--prompts", type=int, default=8)
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--json", type=Path, default=None, metavar="PATH")
+    parser.add_argument("--no-progress", action="store_true")
+    args = parser.parse_args(argv)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    device = torch.device("cpu")
+    pair = load_pair("embedded", device=device)
+    prompts = load_prompts(args.task, limit=args.prompts)
+    prompt_ids = encode_prompts(pair.target_tokenizer, [p.prompt for p in prompts], device)
+    rows = tree_rows(pair, prompt_ids, args.shapes, max_new_tokens=args.max_new_tokens, repeats=args.repeats,
+                     progress=not args.no_progress)
+    machine = machine_info(device)
+    settings = {"task": args.task, "prompts": args.prompts, "max_new_tokens": args.max_new_tokens,
+                "repeats": args.repeats, "shapes": [list(s.branching) for s in args.shapes], "decoding": "greedy"}
+    print(format_rows(rows))
+    print(f"\nmachine: {machine['device']}, {machine['cpu_count']} CPUs, torch {machine['torch']} "
+          f"({machine['torch_threads']} threads); {args.prompts} {args.task} prompts x {args.max_new_tokens} tokens, "
+          f"{args.repeats} timed repeats after a warm-up, greedy")
+    print("verify cost: median time of one target forward over nodes + 1 positions / over 1 position (64-token "
+          "context); speed-up: median over repeats of the baseline's seconds / the row's, same prompts")
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"settings": settings, "machine": machine, "rows": rows}, indent=2) + "\n")
+        print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
