@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,14 +23,14 @@ from ..drafters.tree import DraftModelTreeDrafter
 from ..errors import SpecdecError
 from ..models import load_pair
 from ..prompts import TASKS, load_prompts
-from ..trace import GenerationResult, mean_acceptance_length, tokens_per_target_forward
+from ..trace import GenerationResult
 from ..training.measure import encode_prompts, forward_cost
 from ..tree_speculative import tree_speculative_generate
 from ..trees import TreeShape
 from .cli import machine_info
 from .methods import Autoregressive, GenerationSpec, Method, Speculative, resolve_eos
 from .protocol import measure
-from .report import pooled_trace
+from .report import build_report
 
 DEFAULT_SHAPES = "1,1,1,1 2,1,1,1 2,2,1,1 3,2,1,1 4,2,2,1"
 
@@ -80,27 +79,15 @@ def tree_rows(pair, prompt_ids: Sequence[torch.Tensor], shapes: Sequence[TreeSha
     measurements = measure(methods, prompt_ids, repeats=repeats, device=pair.target.device, progress=progress)
     context = prompt_ids[0][:, :64]
     one = forward_cost(pair.target, context, repeats=30)
-
-    def seconds(key: str, repeat: int) -> float:
-        return sum(run.seconds for run in measurements.timed[key][repeat])
-
-    base = methods[0].key
     rows = []
-    for method in methods:
+    for method, row in zip(methods, build_report(measurements).rows):  # throughput, speed-up, acceptance, identity
         nodes = method.shape.size if isinstance(method, TreeSpeculative) else method.gamma or 0
-        trace = pooled_trace(measurements.timed[method.key][0])
         rows.append({
             "method": method.key,
             "nodes": nodes,
             "verify_cost": forward_cost(pair.target, context, block=nodes + 1, repeats=30) / one if nodes else 1.0,
-            "tokens_per_target_forward": tokens_per_target_forward(trace),
-            "mean_acceptance_length": mean_acceptance_length(trace) if nodes else None,
-            "tokens_per_s": statistics.median(
-                sum(run.new_tokens for run in measurements.timed[method.key][r]) / seconds(method.key, r)
-                for r in range(repeats)),
-            "speedup": statistics.median(seconds(base, r) / seconds(method.key, r) for r in range(repeats)),
-            "identical": all(run.tokens == reference for run, reference in
-                             zip(measurements.warmup[method.key], measurements.reference)),
+            **{key: row[key] for key in ("tokens_per_target_forward", "mean_acceptance_length", "tokens_per_s",
+                                         "speedup", "identical")},
         })
     return rows
 
