@@ -136,7 +136,8 @@ def forward_with_cache(
     logits_to_keep: int | None = None,
     tree_parents: Sequence[int] | None = None,
     tree_first: int = 0,
-) -> torch.Tensor:
+    return_hidden: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Run ``model`` on new tokens ``input_ids: LongTensor[1, T]`` appended after the tokens in ``cache``.
 
     The new tokens take positions ``L, ..., L + T - 1`` where ``L = cache_length(cache)``; positions are passed
@@ -149,7 +150,9 @@ def forward_with_cache(
     "no KV cache" baseline. Runs under whatever grad mode the caller set (generation uses inference_mode).
 
     Returns float32 logits ``[1, T_keep, V]`` for the last ``T_keep = logits_to_keep`` positions (all ``T`` when
-    None); keeping only the needed rows skips most of the LM head, the largest matrix in small models.
+    None); keeping only the needed rows skips most of the LM head, the largest matrix in small models. With
+    ``return_hidden=True`` it returns ``(logits, hidden)``, ``hidden: [1, T, D]`` the last layer's output after the
+    final norm (the LM head's input) at *every* new position: what Medusa heads and EAGLE drafters read.
     """
     check_input_ids(input_ids)
     new_tokens = input_ids.shape[1]
@@ -186,7 +189,73 @@ def forward_with_cache(
             kwargs["cache_position"] = positions
     if logits_to_keep is not None and keywords.logits_to_keep:
         kwargs["logits_to_keep"] = logits_to_keep
-    logits = model(input_ids=input_ids, **kwargs).logits  # [1, T_keep, V] (or [1, T, V] without logits_to_keep)
+    if return_hidden:
+        kwargs["output_hidden_states"] = True
+    output = model(input_ids=input_ids, **kwargs)
+    logits = output.logits  # [1, T_keep, V] (or [1, T, V] without logits_to_keep)
     if logits_to_keep is not None:
         logits = logits[:, -logits_to_keep:]
+    if return_hidden:
+        return logits.float(), output.hidden_states[-1]  # [1, T, D]: the final norm's output
     return logits.float()
+
+
+def _decoder(model: PreTrainedModel) -> torch.nn.Module:
+    """The decoder stack (``embed_tokens``, ``layers``, ``norm``, ``rotary_emb``) of a Llama-like causal LM."""
+    decoder = unwrap_compiled(model).get_decoder()
+    missing = [name for name in ("embed_tokens", "layers", "norm", "rotary_emb") if not hasattr(decoder, name)]
+    if missing:
+        raise ConfigError(
+            f"{type(model).__name__} has no {', '.join(missing)} on its decoder: running a slice of its layers "
+            "(self-speculative early exit) needs a Llama-like decoder (Llama, Qwen2, Mistral, ...)."
+        )
+    return decoder
+
+
+def num_layers(model: PreTrainedModel) -> int:
+    """How many decoder layers ``model`` has."""
+    return len(_decoder(model).layers)
+
+
+def embed(model: PreTrainedModel, input_ids: torch.Tensor) -> torch.Tensor:
+    """Token embeddings ``[1, T, D]`` of ``input_ids: LongTensor[1, T]`` (the input of decoder layer 0)."""
+    return _decoder(model).embed_tokens(input_ids)
+
+
+def run_layers(model: PreTrainedModel, hidden: torch.Tensor, cache: Cache, start: int, stop: int) -> torch.Tensor:
+    """Run decoder layers ``start .. stop - 1`` of ``model`` on ``hidden: [1, T, D]``, appending to their KV cache.
+
+    The T new tokens take positions ``P .. P + T - 1`` where ``P`` is layer ``start``'s cache length: in
+    self-speculative decoding the shallow layers run ahead of the deep ones (they have cached the drafts the
+    deep layers have not verified yet), so every layer slice reads its own length, and all layers in
+    ``start .. stop - 1`` must hold the same number of tokens. Returns ``[1, T, D]``, *before* the final norm.
+    """
+    decoder = _decoder(model)
+    if not 0 <= start < stop <= len(decoder.layers):
+        raise ConfigError(f"Layers {start}..{stop - 1} are not a slice of the model's {len(decoder.layers)} layers.")
+    past = int(cache.get_seq_length(start))
+    if past + hidden.shape[1] > context_length(model):
+        raise ContextOverflowError(
+            f"Cannot run {hidden.shape[1]} new tokens after {past} cached ones: the model's context is "
+            f"{context_length(model)}. Shorten the prompt or generate fewer tokens."
+        )
+    new_tokens = hidden.shape[1]
+    positions = torch.arange(past, past + new_tokens, device=hidden.device).unsqueeze(0)  # [1, T]
+    mask = None  # one new token attends to every cached one: no mask needed
+    if new_tokens > 1:  # causal over the new block: [1, 1, T, P + T], -inf where a key lies in a query's future
+        future = torch.ones(new_tokens, past + new_tokens, dtype=torch.bool, device=hidden.device).triu(past + 1)
+        mask = torch.zeros(future.shape, dtype=hidden.dtype, device=hidden.device)
+        mask = mask.masked_fill(future, torch.finfo(hidden.dtype).min)[None, None]
+    rotary = decoder.rotary_emb(hidden, position_ids=positions)  # (cos, sin) for these positions
+    keywords = forward_keywords(type(decoder.layers[start]))
+    for layer in decoder.layers[start:stop]:
+        hidden = layer(hidden, attention_mask=mask, position_ids=positions, position_embeddings=rotary,
+                       use_cache=True, **{keywords.cache: cache}, cache_position=positions[0])
+    return hidden
+
+
+def lm_head_logits(model: PreTrainedModel, hidden: torch.Tensor) -> torch.Tensor:
+    """float32 logits ``[1, T, V]`` from a hidden state ``[1, T, D]`` taken *before* the final norm (any layer's
+    output): the final norm, then the LM head. For an intermediate layer this is the early-exit head the
+    embedded target was trained with (``training.model_training`` adds its loss)."""
+    return unwrap_compiled(model).get_output_embeddings()(_decoder(model).norm(hidden)).float()

@@ -107,6 +107,11 @@ def _check_drafter(drafter: object) -> None:
             f"drafter must be a Drafter with begin/propose/accept methods (e.g. DraftModelDrafter(draft_model)), "
             f"got {type(drafter).__name__}."
         )
+    if getattr(drafter, "wants_target_hidden", False) and getattr(drafter, "shares_target_cache", False):
+        raise ConfigError(
+            f"{type(drafter).__name__} sets both wants_target_hidden and shares_target_cache: a drafter that runs "
+            "the verification forward itself (shares_target_cache) already sees the target's hidden states."
+        )
 
 
 def _check_draft_ids(draft_tokens: torch.Tensor, target_vocab: int) -> None:
@@ -195,10 +200,19 @@ def speculative_generate(
         trace = Trace.start(device)
         cache = new_cache(target, cache_kind, max_len=cache_positions)
 
+        wants_hidden = getattr(drafter, "wants_target_hidden", False)  # Medusa heads, EAGLE
+        shares_cache = getattr(drafter, "shares_target_cache", False)  # self-speculative early exit
+        if shares_cache:
+            drafter.attach_target_cache(cache)
+
         # prefill round: the prompt's forward gives the first token, exactly as in the baseline
         drafter.begin(input_ids, max_length=cache_positions, target_vocab_size=target_vocab)
         after_begin = trace.elapsed(device)
-        logits = forward_with_cache(target, sequence[:, :prompt_length], cache, logits_to_keep=1)  # [1, 1, V]
+        logits = forward_with_cache(target, sequence[:, :prompt_length], cache, logits_to_keep=1,
+                                    return_hidden=wants_hidden)  # [1, 1, V] (and [1, T, D])
+        if wants_hidden:
+            logits, hidden = logits
+            drafter.observe_target(hidden[0])
         if record_memory:
             trace.note_kv_bytes("target", cache_bytes(cache).allocated)
         token = int(sample_token(logits_to_probs(logits[0, -1], sampling), generator))
@@ -227,7 +241,13 @@ def speculative_generate(
 
             sequence[0, length : length + drafted] = draft_tokens
             step_input = sequence[:, length - 1 : length + drafted]  # [1, 1 + k']: last committed token + drafts
-            logits = forward_with_cache(target, step_input, cache, logits_to_keep=drafted + 1)[0]  # [k' + 1, V]
+            if shares_cache:  # early exit: only the layers the drafts have not been through
+                logits = drafter.target_forward(step_input, cache, drafted + 1)[0]  # [k' + 1, V]
+            else:
+                logits = forward_with_cache(target, step_input, cache, logits_to_keep=drafted + 1,
+                                            return_hidden=wants_hidden)
+                logits, hidden = logits if wants_hidden else (logits, None)
+                logits = logits[0]  # [k' + 1, V]
             if record_memory:
                 trace.note_kv_bytes("target", cache_bytes(cache).allocated)  # the peak: drafts in, before rollback
             verdict = _verify(logits, draft_tokens, draft.probs, sampling, generator, verification, lenience)
@@ -242,6 +262,9 @@ def speculative_generate(
             length += emitted  # never past total_length: k <= remaining - 1
             crop_cache(cache, length - 1)  # drop rejected drafts; the last token is fed next round
             verify_end = trace.elapsed(device)
+
+            if wants_hidden:
+                drafter.observe_target(hidden[0, :emitted])  # [emitted, D]: the inputs whose outputs were kept
 
             drafter.accept(length)
             now = trace.elapsed(device)

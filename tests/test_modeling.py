@@ -2,7 +2,9 @@
 
 import pytest
 import torch
+from transformers import DynamicCache
 
+from conftest import build_tiny_model
 from specdec_lib.errors import ConfigError, ContextOverflowError, InputError
 from specdec_lib.kv_cache import cache_length, crop_cache, new_cache
 from specdec_lib.modeling import (
@@ -10,7 +12,10 @@ from specdec_lib.modeling import (
     check_generation_inputs,
     check_input_ids,
     context_length,
+    embed,
     forward_with_cache,
+    lm_head_logits,
+    run_layers,
 )
 
 
@@ -151,3 +156,34 @@ def test_a_compiled_model_is_looked_through_and_gives_the_same_tokens(tiny_llama
     result = speculative_generate(compiled_target, DraftModelDrafter(compiled_draft), prompt_ids, gamma=3,
                                   max_new_tokens=12, eos_token_id=None)
     assert result.new_token_list == expected
+
+
+@pytest.mark.parametrize("architecture", ["llama", "qwen2"])
+def test_hidden_states_are_the_lm_heads_input_at_every_position(architecture):
+    model = build_tiny_model(architecture, num_layers=2)
+    ids = torch.randint(2, 64, (1, 7), generator=torch.Generator().manual_seed(0))
+    with torch.inference_mode():
+        logits, hidden = forward_with_cache(model, ids, DynamicCache(config=model.config), logits_to_keep=2,
+                                            return_hidden=True)
+        assert hidden.shape == (1, 7, model.config.hidden_size)
+        torch.testing.assert_close(model.lm_head(hidden[:, -2:]).float(), logits)
+
+
+@pytest.mark.parametrize("architecture", ["llama", "qwen2"])
+def test_layer_slices_run_ahead_and_catch_up_to_the_full_forward(architecture):
+    """Shallow layers fed token by token ahead of the deep ones, then the deep ones on the whole block, give the
+    full model's logits (the schedule of self-speculative early exit)."""
+    model = build_tiny_model(architecture, num_layers=4)
+    ids = torch.randint(2, 64, (1, 9), generator=torch.Generator().manual_seed(1))
+    with torch.inference_mode():
+        expected = model(input_ids=ids).logits
+        cache = DynamicCache(config=model.config)
+        prefix = run_layers(model, run_layers(model, embed(model, ids[:, :5]), cache, 0, 1), cache, 1, 4)
+        shallow = [run_layers(model, embed(model, ids[:, i : i + 1]), cache, 0, 1) for i in range(5, 8)]
+        shallow.append(run_layers(model, embed(model, ids[:, 8:]), cache, 0, 1))
+        assert cache.get_seq_length(0) == 9 and cache.get_seq_length(1) == 5
+        rest = run_layers(model, torch.cat(shallow, dim=1), cache, 1, 4)
+        logits = lm_head_logits(model, torch.cat([prefix, rest], dim=1))
+    torch.testing.assert_close(logits, expected, atol=1e-5, rtol=1e-4)
+    with pytest.raises(ConfigError, match="not a slice"):
+        run_layers(model, rest, cache, 3, 5)

@@ -11,7 +11,8 @@ from specdec_lib.train import QUICK, train_family
 from specdec_lib.training.cards import render_card
 from specdec_lib.training.corpus import SourceFile, split_files
 from specdec_lib.training.depth_growth import grow_depth, grown_layer_index
-from specdec_lib.training.model_training import ModelSpec, build_model, early_exit_logits
+from specdec_lib.modeling import lm_head_logits
+from specdec_lib.training.model_training import ModelSpec, build_model
 from specdec_lib.training.measure import forward_cost, greedy_agreement, greedy_continuations
 from specdec_lib.training.tokenizer_training import train_tokenizer_a, train_tokenizer_b
 
@@ -98,8 +99,8 @@ def test_depth_growth_starts_as_the_same_function_and_maps_the_exit_layer():
         for old_layer in range(2):  # the last hidden state is after the final norm (checked by the logits)
             new_layer = grown_layer_index(old_layer, factor=3)
             assert torch.allclose(after.hidden_states[new_layer], before.hidden_states[old_layer], atol=1e-5)
-        assert torch.allclose(early_exit_logits(grown, after.hidden_states[grown_layer_index(1, 3)]),
-                              early_exit_logits(base, before.hidden_states[1]), atol=1e-5)
+        assert torch.allclose(lm_head_logits(grown, after.hidden_states[grown_layer_index(1, 3)]),
+                              lm_head_logits(base, before.hidden_states[1]), atol=1e-5)
     assert grown.config.num_hidden_layers == 6
     assert grown.model.layers[1].mlp.up_proj.weight.abs().sum() > 0  # a copy of the trained block, not blank
 

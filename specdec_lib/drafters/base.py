@@ -8,6 +8,17 @@ owns the target model and the acceptance test, and talks to any drafter through 
     draft = drafter.propose(sequence, k, sampling, g)   each round: up to k tokens to continue `sequence`
     drafter.accept(new_length)                          each round: the committed sequence now has new_length tokens
 
+Two optional capabilities, off by default, let a drafter read the *target's* work instead of running a model of
+its own (the draft-free drafters of notebook 05):
+
+- ``wants_target_hidden = True``: after the prefill and after each verification, before ``accept``, the loop calls
+  ``drafter.observe_target(hidden)`` with the target's last hidden states (the LM head's input) at the positions
+  it just committed. Medusa heads and EAGLE draft from them.
+- ``shares_target_cache = True``: the loop hands the drafter the target's own KV cache
+  (``attach_target_cache(cache)``, before ``begin``) and lets it run the verification forward
+  (``target_forward``). Self-speculative early exit drafts with the target's first layers, writing their keys
+  into that cache, then verifies by running only the remaining layers on the drafted positions.
+
 The contract that matters most: **a drafter reports the distribution it actually drew each token from**
 (``Draft.probs``). Exact speculative sampling accepts a draft token x with probability ``min(1, p(x) / q(x))``;
 if q is not the real sampling distribution (say, the drafter sampled at temperature 0.7 but reported its
@@ -23,6 +34,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 import torch
+from transformers.cache_utils import Cache
 
 from ..errors import ConfigError
 from ..sampling import SamplingConfig
@@ -80,6 +92,26 @@ class Drafter(ABC):
         Greedy ``sampling`` means argmax tokens with ``probs=None``; otherwise draw each token from
         ``logits_to_probs(logits, sampling)`` with ``generator`` and return exactly those rows as ``probs``.
         """
+
+    wants_target_hidden: bool = False
+    shares_target_cache: bool = False
+
+    def observe_target(self, hidden: torch.Tensor) -> None:
+        """(``wants_target_hidden`` drafters) ``hidden: [n, D]``: the target's last hidden states, after its final
+        norm, for the n tokens it just *committed as inputs*: every prompt position after the prefill; after a
+        round that kept ``a`` drafts, the last committed token and the ``a`` accepted drafts (row ``n - 1``
+        produced the correction or bonus token). Called before `accept`."""
+        raise NotImplementedError(f"{type(self).__name__} sets wants_target_hidden but has no observe_target().")
+
+    def attach_target_cache(self, cache: Cache) -> None:
+        """(``shares_target_cache`` drafters) The target's KV cache for this generation, before `begin`."""
+        raise NotImplementedError(f"{type(self).__name__} sets shares_target_cache but has no attach_target_cache().")
+
+    def target_forward(self, step_input: torch.Tensor, cache: Cache, logits_to_keep: int) -> torch.Tensor:
+        """(``shares_target_cache`` drafters) The verification forward: float32 logits ``[1, logits_to_keep, V]``
+        for ``step_input: LongTensor[1, 1 + k']`` (the last committed token and the drafts), appended to ``cache``
+        in every layer, exactly what the full target forward would give."""
+        raise NotImplementedError(f"{type(self).__name__} sets shares_target_cache but has no target_forward().")
 
     def accept(self, sequence_length: int) -> None:
         """The committed sequence now has ``sequence_length`` tokens: roll internal state (a KV cache) back so

@@ -23,6 +23,8 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from ..modeling import lm_head_logits
+
 
 @dataclass(frozen=True)
 class ModelSpec:
@@ -75,11 +77,6 @@ def sample_windows(tokens: torch.Tensor, batch_size: int, length: int, generator
     return torch.stack([tokens[s : s + length] for s in starts.tolist()]).long()
 
 
-def early_exit_logits(model: LlamaForCausalLM, hidden: torch.Tensor) -> torch.Tensor:
-    """Logits from an intermediate hidden state [B, T, D] via the final norm and LM head."""
-    return model.lm_head(model.model.norm(hidden))
-
-
 def _lr_at(step: int, spec: ModelSpec, total: int) -> float:
     """Linear warm-up, then cosine decay to 10% of the peak."""
     if step < spec.warmup_steps:
@@ -98,7 +95,7 @@ def _lm_loss(model: LlamaForCausalLM, windows: torch.Tensor, spec: ModelSpec) ->
     parts = {"loss": loss.item()}
     if want_exit:
         # hidden_states[0] is the embedding output, hidden_states[i] the output of layer i.
-        exit_logits = early_exit_logits(model, out.hidden_states[spec.early_exit_layer])
+        exit_logits = lm_head_logits(model, out.hidden_states[spec.early_exit_layer])
         exit_loss = F.cross_entropy(exit_logits.flatten(0, 1), labels.flatten())
         parts["exit_loss"] = exit_loss.item()
         loss = loss + spec.early_exit_weight * exit_loss
@@ -187,6 +184,6 @@ def validation_loss(model: LlamaForCausalLM, tokens: torch.Tensor, context: int,
     for i in range(0, n, 8):
         out = model.model(input_ids=inputs[i : i + 8], output_hidden_states=exit_layer is not None, use_cache=False)
         hidden = out.hidden_states[exit_layer] if exit_layer is not None else out.last_hidden_state
-        logits = early_exit_logits(model, hidden) if exit_layer is not None else model.lm_head(hidden)
+        logits = lm_head_logits(model, hidden) if exit_layer is not None else model.lm_head(hidden)
         total += F.cross_entropy(logits.flatten(0, 1), labels[i : i + 8].flatten(), reduction="sum").item()
     return total / labels.numel()

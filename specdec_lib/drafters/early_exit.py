@@ -1,0 +1,135 @@
+"""Self-speculative drafting with the target's own first layers (LayerSkip, Elhoushi et al. 2024).
+
+The target's first E layers plus its LM head (through the final norm) form the draft model: no second model, no
+second tokenizer. The embedded target was trained with an auxiliary loss on layer E's exit (see
+`specdec_lib.training.model_training`), so that shallow exit predicts well. What makes it cheaper than running a
+separate E-layer draft is that **the drafting and the verification share one KV cache**: the keys and values
+layers 1..E write while drafting are exactly the ones the full forward would write for the same tokens (a layer's
+output depends only on the tokens before it), so verification runs only layers E+1..L on the drafted positions,
+starting from the shallow hidden states the drafting already computed:
+
+    round, committed sequence [..., t] (cache: layers 1..L hold every committed token but t)
+    draft i = 1..k:  layers 1..E on the previous token (t, then d_1 ..) -> exit head -> d_i   (k shallow passes)
+    verify:          layers 1..E on d_k (the one draft not yet through them), then layers E+1..L on
+                     [t, d_1 .. d_k] from their saved shallow states -> logits [k + 1, V]    (one deep pass)
+    rollback:        the loop crops every layer to the committed length, shallow and deep alike
+
+A round therefore costs k + 1 shallow passes and one pass of the remaining L - E layers over k + 1 tokens, where
+transformers' ``assistant_early_exit`` (which shares only the weights) also re-runs layers 1..E on the drafts
+during verification and keeps a separate cache for the draft. The drafter plugs into `speculative_generate` through
+the ``shares_target_cache`` capability of `Drafter`: the loop lends it the target's cache and lets it run the
+verification forward (`target_forward`), whose logits equal the full model's.
+"""
+
+import torch
+from transformers import PreTrainedModel
+from transformers.cache_utils import Cache
+
+from ..errors import ConfigError
+from ..modeling import embed, lm_head_logits, num_layers, run_layers
+from ..sampling import SamplingConfig, logits_to_probs, sample_token
+from .base import Draft, Drafter
+
+
+class EarlyExitDrafter(Drafter):
+    """Draft with layers ``1 .. exit_layer`` of ``target`` and its LM head; verify with the rest (shared KV cache).
+
+    ``exit_layer``: how many of the target's layers draft (default: the ``early_exit_layer`` the target's config
+    records, 4 of 24 for the embedded target). The drafts' distribution is ``logits_to_probs`` of the exit head's
+    logits, so exact sampling verification holds like for any drafter that reports its q.
+    """
+
+    name = "early-exit"
+    shares_target_cache = True
+
+    def __init__(self, target: PreTrainedModel, exit_layer: int | None = None) -> None:
+        layers = num_layers(target)
+        if exit_layer is None:
+            exit_layer = getattr(target.config, "early_exit_layer", None)
+            if exit_layer is None:
+                raise ConfigError(
+                    f"{type(target).__name__}'s config records no early_exit_layer: pass exit_layer=E "
+                    f"(1 <= E < {layers}), the number of its first layers that draft."
+                )
+        if isinstance(exit_layer, bool) or not isinstance(exit_layer, int) or not 1 <= exit_layer < layers:
+            raise ConfigError(
+                f"exit_layer must be an integer with 1 <= exit_layer < {layers} (the target's layers), got "
+                f"{exit_layer!r}: the first exit_layer layers draft, the remaining ones verify."
+            )
+        self.target = target
+        self.exit_layer = exit_layer
+        self.name = f"early-exit@{exit_layer}"
+        self._cache: Cache | None = None
+        self._shallow: list[torch.Tensor] = []  # layer-E outputs [1, 1, D] of this round's drafted positions
+
+    @property
+    def device(self) -> torch.device:  # type: ignore[override]
+        return self.target.device
+
+    def attach_target_cache(self, cache: Cache) -> None:
+        self._cache = cache
+
+    def begin(
+        self, input_ids: torch.Tensor, *, max_length: int | None = None, target_vocab_size: int | None = None
+    ) -> None:
+        self._shallow = []
+
+    def _require_cache(self) -> Cache:
+        if self._cache is None:
+            raise ConfigError(
+                "EarlyExitDrafter drafts into the target's own KV cache: run it through speculative_generate, "
+                "which lends it the cache (attach_target_cache) before the first round."
+            )
+        return self._cache
+
+    def propose(
+        self, sequence: torch.Tensor, k: int, sampling: SamplingConfig, generator: torch.Generator | None
+    ) -> Draft:
+        """``k`` tokens from the exit head, each after one pass of layers ``1 .. E`` (written to the shared cache).
+
+        ``sequence: LongTensor[1, L]``; the cache must hold its first ``L - 1`` tokens in every layer (the loop's
+        invariant after each rollback)."""
+        cache = self._require_cache()
+        committed = sequence.shape[1] - 1
+        if not cache.get_seq_length(0) == cache.get_seq_length(self.exit_layer) == committed:
+            raise ConfigError(
+                f"The shared cache holds {cache.get_seq_length(0)} tokens in the shallow layers and "
+                f"{cache.get_seq_length(self.exit_layer)} in the deep ones, but the sequence has {committed + 1} "
+                "(expected one fewer in every layer). Each propose() must be followed by the target_forward() "
+                "that verifies it."
+            )
+        token = sequence[:, -1:]  # [1, 1]
+        tokens, rows, self._shallow = [], [], []
+        for _ in range(k):
+            hidden = run_layers(self.target, embed(self.target, token), cache, 0, self.exit_layer)  # [1, 1, D]
+            self._shallow.append(hidden)
+            logits = lm_head_logits(self.target, hidden)[0, -1]  # [V]
+            if sampling.is_greedy:
+                token = logits.argmax().view(1, 1)
+            else:
+                probs = logits_to_probs(logits, sampling)  # [V]
+                token = sample_token(probs, generator).view(1, 1)
+                rows.append(probs)
+            tokens.append(token)
+        if not tokens:
+            return Draft.empty(self.device)
+        return Draft(tokens=torch.cat(tokens, dim=1)[0], probs=torch.stack(rows) if rows else None, forwards=k)
+
+    def target_forward(self, step_input: torch.Tensor, cache: Cache, logits_to_keep: int) -> torch.Tensor:
+        """Verify ``step_input: LongTensor[1, 1 + k']`` (last committed token + drafts): layers ``1 .. E`` only on
+        the inputs drafting has not fed (``d_k``; all of them when nothing was drafted), then layers
+        ``E + 1 .. L`` on every input from its layer-E state. Returns float32 logits ``[1, logits_to_keep, V]``,
+        equal to the full target forward's."""
+        fed = cache.get_seq_length(0) - cache.get_seq_length(self.exit_layer)  # inputs already through 1..E
+        if fed != len(self._shallow) or fed > step_input.shape[1]:
+            raise ConfigError(
+                f"The shallow layers have cached {fed} tokens beyond the deep ones but this round drafted "
+                f"{len(self._shallow)}: verify right after propose(), on the tokens it proposed."
+            )
+        shallow = self._shallow
+        if fed < step_input.shape[1]:
+            shallow = shallow + [run_layers(self.target, embed(self.target, step_input[:, fed:]), cache, 0,
+                                            self.exit_layer)]
+        self._shallow = []
+        hidden = run_layers(self.target, torch.cat(shallow, dim=1), cache, self.exit_layer, num_layers(self.target))
+        return lm_head_logits(self.target, hidden[:, -logits_to_keep:])  # [1, logits_to_keep, V]

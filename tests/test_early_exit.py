@@ -1,0 +1,124 @@
+"""Self-speculative early exit (`EarlyExitDrafter`): identity, the shared cache, exact sampling, bad input.
+
+The drafter writes the shallow layers' keys into the target's own cache and verifies with the deep layers only,
+so the test that matters beyond token identity is that after every round the shared cache is exactly what a
+fresh prefill of the committed tokens would hold, in every layer.
+"""
+
+import pytest
+import torch
+from transformers import DynamicCache
+
+from conftest import build_tiny_model, sharpen
+from test_sampling_distribution import (
+    PROMPT,
+    SETTINGS,
+    SIGNIFICANCE,
+    categories_for,
+    exact_joint,
+    speculative_samples,
+)
+from specdec_lib import autoregressive_generate, load_embedded, load_prompts, speculative_generate
+from specdec_lib import EarlyExitDrafter
+from specdec_lib.errors import ConfigError
+from specdec_lib.modeling import forward_with_cache
+from specdec_lib.sampling import GREEDY, SamplingConfig
+from specdec_lib.stats import bucket_counts, chi_square_gof
+
+
+@pytest.fixture(scope="module")
+def tiny_target():
+    return sharpen(build_tiny_model("llama", seed=3, num_layers=4))
+
+
+class CheckedEarlyExit(EarlyExitDrafter):
+    """Before drafting each round (so after the previous round's rollback), compares the shared cache with a fresh
+    prefill of the committed tokens but the last, which the cache must hold and nothing more."""
+
+    checks = 0
+
+    def propose(self, sequence, k, sampling, generator):
+        assert_cache_is_a_fresh_prefill(self.target, self._cache, sequence[:, :-1])
+        CheckedEarlyExit.checks += 1
+        return super().propose(sequence, k, sampling, generator)
+
+
+def assert_cache_is_a_fresh_prefill(target, cache, tokens):
+    fresh = DynamicCache(config=target.config)
+    forward_with_cache(target, tokens, fresh)
+    assert len(cache.layers) == len(fresh.layers)
+    for shared_layer, fresh_layer in zip(cache.layers, fresh.layers):
+        assert shared_layer.keys.shape == fresh_layer.keys.shape
+        torch.testing.assert_close(shared_layer.keys, fresh_layer.keys, atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(shared_layer.values, fresh_layer.values, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("gamma", [1, 2, 4, 8])
+@pytest.mark.parametrize("exit_layer", [1, 3])
+def test_greedy_output_is_the_targets_and_the_cache_a_fresh_prefill(tiny_target, gamma, exit_layer):
+    before = CheckedEarlyExit.checks
+    for seed, new_tokens in [(0, 5), (1, 17), (2, 40)]:
+        prompt = torch.randint(2, 64, (1, 6), generator=torch.Generator().manual_seed(seed))
+        expected = autoregressive_generate(tiny_target, prompt, max_new_tokens=new_tokens, eos_token_id=None)
+        result = speculative_generate(tiny_target, CheckedEarlyExit(tiny_target, exit_layer), prompt, gamma=gamma,
+                                      max_new_tokens=new_tokens, eos_token_id=None)
+        assert result.new_token_list == expected.new_token_list, (seed, gamma, exit_layer)
+    assert CheckedEarlyExit.checks > before  # the cache comparison ran
+
+
+def test_the_preallocated_cache_gives_the_same_tokens(tiny_target):
+    expected = autoregressive_generate(tiny_target, PROMPT, max_new_tokens=30, eos_token_id=None)
+    result = speculative_generate(tiny_target, EarlyExitDrafter(tiny_target, 2), PROMPT, gamma=4, max_new_tokens=30,
+                                  eos_token_id=None, cache_kind="preallocated")
+    assert result.new_token_list == expected.new_token_list
+
+
+def test_the_embedded_target_drafts_for_itself_token_identically():
+    target, tokenizer = load_embedded("target")
+    drafter = CheckedEarlyExit(target)  # the exit layer its config records (trained with the auxiliary loss)
+    assert drafter.exit_layer == target.config.early_exit_layer
+    accepted = 0
+    for task in ("code", "prose", "grounded"):
+        prompt = tokenizer(load_prompts(task, limit=1)[0].prompt, return_tensors="pt").input_ids
+        expected = autoregressive_generate(target, prompt, max_new_tokens=20, eos_token_id=None).new_token_list
+        for gamma in (1, 2, 4, 8):
+            result = speculative_generate(target, drafter, prompt, gamma=gamma, max_new_tokens=20, eos_token_id=None)
+            assert result.new_token_list == expected, (task, gamma)
+            accepted += sum(r.accepted for r in result.trace.rounds)
+    assert accepted > 0  # the shallow exit really predicts: the rounds do keep drafts
+
+
+class UntemperedEarlyExit(EarlyExitDrafter):
+    """Broken on purpose: samples at the requested temperature, reports the temperature-1 distribution."""
+
+    def propose(self, sequence, k, sampling, generator):
+        draft = super().propose(sequence, k, sampling, generator)
+        if draft.probs is not None:
+            draft.probs = torch.softmax(sampling.temperature * draft.probs.log(), dim=-1)
+        return draft
+
+
+@pytest.mark.parametrize("drafter_class, honest", [(EarlyExitDrafter, True), (UntemperedEarlyExit, False)])
+def test_sampling_keeps_the_targets_distribution_and_a_wrong_q_is_caught(drafter_class, honest):
+    target = sharpen(build_tiny_model("llama", seed=0, num_layers=2))
+    sampling = SETTINGS["T=1.0"] if honest else SamplingConfig(temperature=0.6)
+    draws = 800
+    categories, probs = categories_for(exact_joint(target, PROMPT, sampling, (8, 6, 4)), draws)
+    samples, acceptance = speculative_samples(target, drafter_class(target, 1), PROMPT, sampling, draws)
+    test = chi_square_gof(bucket_counts(samples, categories), probs)
+    if honest:
+        assert test.passes(SIGNIFICANCE) and test.cells >= 8, test
+        assert 0.2 < acceptance < 0.95  # accepted and recovered tokens both occur
+    else:
+        assert test.p_value < 1e-6, test
+
+
+def test_bad_exit_layers_and_standalone_use_are_explained(tiny_target):
+    for exit_layer in (0, 4, 2.5, True):
+        with pytest.raises(ConfigError, match="exit_layer"):
+            EarlyExitDrafter(tiny_target, exit_layer)
+    with pytest.raises(ConfigError, match="no early_exit_layer"):
+        EarlyExitDrafter(tiny_target)  # the tiny model's config records none
+    drafter = EarlyExitDrafter(tiny_target, 1)
+    with pytest.raises(ConfigError, match="speculative_generate"):
+        drafter.propose(PROMPT, 2, GREEDY, None)
