@@ -29,3 +29,12 @@ from .vocab import compare_vocabularies, vocabulary_intersection
 from .drafters import DraftModelTreeDrafter
 from .tree_speculative import tree_speculative_generate
 from .trees import TreeShape, verify_tree_exact, verify_tree_greedy
+
+# model-free drafting: copy from the context (prompt lookup) or from suffix trees with counts (suffix decoding)
+from .drafters import PromptLookupDrafter, SuffixDrafter
+
+# self-speculative drafting: the target's first layers draft, the rest verify, over one shared KV cache
+from .drafters import EarlyExitDrafter
+
+# drafting from the target's own hidden states: Medusa heads and an EAGLE layer trained on the frozen target
+from .drafters import EagleDrafter, HeadsDrafter, load_eagle, load_heads

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,11 +31,13 @@ from .paths import EMBEDDED_MODEL_NAMES, REPO_DATA_DIR
 from .training.cards import write_cards
 from .training.corpus import collect_stdlib_sources, corpus_manifest, split_files, write_manifest
 from .training.depth_growth import grow_depth
+from .training.heads import main as train_heads
 from .training.measure import (distinct_4gram_share, encode_prompts, forward_cost, greedy_agreement,
                                greedy_continuations)
 from .training.model_training import ModelSpec, build_model, train_model, validation_loss
 from .training.tokenizer_training import (
     save_tokenizer,
+    tokenize_texts,
     train_tokenizer_a,
     train_tokenizer_b,
     wrap_for_transformers,
@@ -89,16 +92,6 @@ QUICK = FamilySpec(
 )
 
 
-def _tokenize(tokenizer, texts: list[str]) -> torch.Tensor:
-    """Concatenate the files' token ids with EOS between them: a 1-D int32 tensor."""
-    eos = tokenizer.eos_token_id
-    ids: list[int] = []
-    for encoding in tokenizer.backend_tokenizer.encode_batch(texts, add_special_tokens=False):
-        ids.extend(encoding.ids)
-        ids.append(eos)
-    return torch.tensor(ids, dtype=torch.int32)
-
-
 def _save(model, tokenizer, folder: Path) -> None:
     """Weights in fp16 on disk (half the bytes; reloaded as fp32 they give the same greedy text).
 
@@ -151,7 +144,7 @@ def train_family(spec: FamilySpec, out_dir: Path, work_dir: Path, grow_from: Pat
     context = max(spec.target.context, spec.draft.context, spec.draft_b.context)
     tok_a = wrap_for_transformers(train_tokenizer_a(train_texts, spec.vocab_a), context)
     tok_b = wrap_for_transformers(train_tokenizer_b(train_texts, spec.vocab_b), context)
-    data = {name: (_tokenize(tok, train_texts), _tokenize(tok, val_texts)) for name, tok in (("a", tok_a), ("b", tok_b))}
+    data = {name: (tokenize_texts(tok, train_texts), tokenize_texts(tok, val_texts)) for name, tok in (("a", tok_a), ("b", tok_b))}
     print(f"tokens: A train {data['a'][0].numel():,} val {data['a'][1].numel():,}; "
           f"B train {data['b'][0].numel():,} val {data['b'][1].numel():,}", flush=True)
 
@@ -265,8 +258,13 @@ def measure_family(models_dir: Path, work_dir: Path, threads: int = 2) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["heads"]:  # drafters trained on the frozen target, separate from the family
+        return train_heads(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m specdec_lib.train", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog="python -m specdec_lib.train heads [--quick] trains Medusa heads and an "
+                                            "EAGLE layer on the frozen target instead (see its --help).")
     parser.add_argument("--out", type=Path, default=REPO_DATA_DIR / "models", help="where the models go (default: data/models)")
     parser.add_argument("--work", type=Path, default=Path("runs"), help="intermediate checkpoints (not committed)")
     parser.add_argument("--quick", action="store_true", help="tiny models on a corpus slice (seconds; for tests)")

@@ -77,7 +77,7 @@ def sample_windows(tokens: torch.Tensor, batch_size: int, length: int, generator
     return torch.stack([tokens[s : s + length] for s in starts.tolist()]).long()
 
 
-def _lr_at(step: int, spec: ModelSpec, total: int) -> float:
+def lr_at(step: int, spec: ModelSpec, total: int) -> float:
     """Linear warm-up, then cosine decay to 10% of the peak."""
     if step < spec.warmup_steps:
         return spec.learning_rate * (step + 1) / spec.warmup_steps
@@ -141,7 +141,7 @@ def train_model(
         running: dict[str, float] = {}
         for step in bar:
             for group in optimizer.param_groups:
-                group["lr"] = _lr_at(step, spec, steps)
+                group["lr"] = lr_at(step, spec, steps)
             windows = sample_windows(tokens, spec.batch_size, spec.context + 1, generator)
             if phase == "lm":
                 loss, parts = _lm_loss(model, windows, spec)

@@ -17,6 +17,7 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
+import torch
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
@@ -87,3 +88,14 @@ def save_tokenizer(tokenizer: PreTrainedTokenizerFast, folder: Path) -> None:
     config["tokenizer_class"] = "PreTrainedTokenizerFast"
     config["clean_up_tokenization_spaces"] = False
     config_path.write_text(json.dumps(config, indent=2) + "\n")
+
+
+def tokenize_texts(tokenizer, texts: list[str]) -> torch.Tensor:
+    """Concatenate the texts' token ids with EOS between them (after each text): a 1-D int32 tensor, the
+    training and validation streams `sample_windows` cuts windows from."""
+    eos = tokenizer.eos_token_id
+    ids: list[int] = []
+    for encoding in tokenizer.backend_tokenizer.encode_batch(texts, add_special_tokens=False):
+        ids.extend(encoding.ids)
+        ids.append(eos)
+    return torch.tensor(ids, dtype=torch.int32)

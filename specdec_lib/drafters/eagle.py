@@ -1,0 +1,216 @@
+"""EAGLE-style drafting (Li et al. 2024, EAGLE-1): autoregress on the target's *features*, not on its tokens.
+
+The target's last hidden state ``h_i`` (after its final norm: the LM head's input, the "feature") is far more
+predictable than the token it produces. EAGLE trains one small decoder layer to predict the next feature from the
+current one and the token actually chosen after it (which resolves the sampling's uncertainty):
+
+    input at position i:   fc(concat(embed(x_{i+1}), h_i))      [2D] -> [D]; embed = the target's, frozen
+    one decoder layer:     a LlamaDecoderLayer (own small config, the target's width, causal attention, RoPE)
+    output:                RMSNorm -> the predicted feature  h^_{i+1}
+    draft token:           lm_head(h^_{i+1}) -> x_{i+2}           lm_head = the target's, frozen
+
+Training (`specdec_lib.training.heads`) regresses ``h^_{i+1}`` onto the true ``h_{i+1}`` (smooth L1) plus the
+cross-entropy between the target's next-token distribution and the LM head's on the predicted feature, with the
+target frozen. The final RMSNorm (initialised from the target's) keeps the predictions in the target's
+post-norm feature space; EAGLE-1 has none there.
+
+Drafting, with the committed sequence ``x_1 .. x_L``: the target has reported the features of positions
+``1 .. L-1`` (`observe_target`), so the pairs ``(h_i, x_{i+1})`` are known for ``i <= L-1``. The drafter keeps its
+own KV cache over those *true* pairs, feeds the new ones in one forward, and its output at position ``L-1`` is
+``h^_L`` -> ``d_1``. Then it autoregresses on its *own* features: the pair ``(h^_L, d_1)`` -> ``h^_{L+1}`` -> ``d_2``,
+and so on: k drafts cost k forwards of one layer. `accept` crops the cache back to the true pairs (the drafted
+pairs hold predicted features, which the target's real ones replace at the next round).
+
+What EAGLE has and this leaves out: tree drafting (EAGLE-1 verifies a static tree of candidates; EAGLE-2's
+dynamic tree grows it by the draft's confidence), EAGLE-3's fusion of low, middle and high target layers as input
+and its training-time test (training on the drafter's own multi-step predictions, so later steps are trained as
+they are used), feature noise during training, and self-distilled training data.
+"""
+
+from pathlib import Path
+
+import torch
+from torch import nn
+from transformers import LlamaConfig, PreTrainedModel
+from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRMSNorm, LlamaRotaryEmbedding
+
+from ..errors import ConfigError
+from ..kv_cache import crop_cache, new_cache
+from ..modeling import run_layers
+from ..paths import data_dir
+from ..sampling import SamplingConfig, logits_to_probs, sample_token
+from .base import Draft, Drafter
+from .frozen_target import load_drafter
+
+KIND = "eagle"
+WHAT = "EAGLE weights"
+
+
+def eagle_architecture(target: PreTrainedModel, intermediate_size: int | None = None) -> dict:
+    """The decoder layer's config for ``target``: its width, heads, RoPE and context; the MLP width is
+    ``intermediate_size`` (default: the target's)."""
+    config = target.config
+    heads = config.num_attention_heads
+    return {
+        "hidden_size": config.hidden_size,
+        "intermediate_size": intermediate_size or config.intermediate_size,
+        "num_attention_heads": heads,
+        "num_key_value_heads": getattr(config, "num_key_value_heads", None) or heads,
+        "head_dim": getattr(config, "head_dim", None) or config.hidden_size // heads,
+        "max_position_embeddings": config.max_position_embeddings,
+        "rms_norm_eps": config.rms_norm_eps,
+        "rope_parameters": dict(config.rope_parameters),
+    }
+
+
+class EagleModule(nn.Module):
+    """fc + one decoder layer + RMSNorm: ``(h_i, x_{i+1}) -> h^_{i+1}`` (module docstring).
+
+    Holds the target's embedding table and LM head *by reference* (not registered: they are the frozen target's,
+    never saved, moved or cast with this module). It quacks like a one-layer decoder (``get_decoder``, ``layers``,
+    ``rotary_emb``, ``norm``, ``embed_tokens``, ``config``) so that `run_layers` and `new_cache` serve it as they
+    serve the target's own layer slices.
+    """
+
+    def __init__(self, architecture: dict, target: PreTrainedModel) -> None:
+        super().__init__()
+        self.config = LlamaConfig(num_hidden_layers=1, vocab_size=target.get_output_embeddings().out_features,
+                                  **architecture)
+        self.config._attn_implementation = "sdpa"
+        width = self.config.hidden_size
+        if width != target.config.hidden_size:
+            raise ConfigError(f"An EAGLE layer of width {width} cannot read a target of width {target.config.hidden_size}.")
+        self.architecture = dict(architecture)
+        self.fc = nn.Linear(2 * width, width)
+        self.layers = nn.ModuleList([LlamaDecoderLayer(self.config, layer_idx=0)])
+        self.norm = LlamaRMSNorm(width, eps=self.config.rms_norm_eps)
+        self.rotary_emb = LlamaRotaryEmbedding(self.config)
+        self._target_parts = (target.get_input_embeddings(), target.get_output_embeddings())  # a tuple: not registered
+
+    @property
+    def embed_tokens(self) -> nn.Module:
+        """The target's token embedding (frozen, shared)."""
+        return self._target_parts[0]
+
+    @property
+    def lm_head(self) -> nn.Module:
+        """The target's LM head (frozen, shared)."""
+        return self._target_parts[1]
+
+    @property
+    def device(self) -> torch.device:
+        return self.fc.weight.device
+
+    def get_decoder(self) -> "EagleModule":
+        return self
+
+    def forward(self, features: torch.Tensor, next_ids: torch.Tensor, cache) -> torch.Tensor:
+        """Predicted features ``[B, T, D]`` for the pairs ``features: [B, T, D]`` (``h_i``) and
+        ``next_ids: LongTensor[B, T]`` (``x_{i+1}``) at the T positions after those in ``cache`` (extended in place)."""
+        embedded = self.embed_tokens(next_ids).to(features.dtype)
+        fused = self.fc(torch.cat([embedded, features], dim=-1))  # [B, T, D]
+        return self.norm(run_layers(self, fused, cache, 0, 1))
+
+    def logits(self, features: torch.Tensor) -> torch.Tensor:
+        """float32 next-token logits ``[..., V]`` of features ``[..., D]`` through the target's LM head."""
+        return self.lm_head(features.to(self.lm_head.weight.dtype)).float()
+
+
+class EagleDrafter(Drafter):
+    """Draft with an `EagleModule`, autoregressing on its own predicted features (module docstring).
+
+    Keeps a KV cache over the committed positions whose true target features it has read; `accept` rolls back
+    the drafted ones (`crop_cache`). Greedy: argmax, ``probs=None``; sampling: each draft drawn from
+    ``logits_to_probs(logits, sampling)``, those rows (over the target's ids) reported as ``probs``.
+    """
+
+    name = "eagle"
+    wants_target_hidden = True
+
+    def __init__(self, module: EagleModule, cache_kind: str = "dynamic") -> None:
+        self.module, self.cache_kind = module, cache_kind
+        self.cache = None
+        self._pending: list[torch.Tensor] = []  # [n, D] blocks: true features not yet fed to the cache
+        self._observed = 0  # positions whose true feature the target reported this generation
+        self._fed = 0  # true pairs in the cache (positions 0 .. fed - 1); drafted pairs sit after them
+
+    @classmethod
+    def load(cls, folder: str | Path, target: PreTrainedModel, cache_kind: str = "dynamic") -> "EagleDrafter":
+        """The EAGLE layer saved in ``folder`` (config.json + float16 model.safetensors), on ``target``'s device
+        and dtype, after checking that it was trained for ``target`` (`ConfigError` otherwise)."""
+        architecture, state = load_drafter(Path(folder), KIND, target, WHAT)
+        module = EagleModule(architecture, target)
+        module.load_state_dict(state)
+        parameter = next(target.parameters())
+        return cls(module.to(device=parameter.device, dtype=parameter.dtype).eval(), cache_kind)
+
+    @property
+    def device(self) -> torch.device:  # type: ignore[override]
+        return self.module.device
+
+    def begin(
+        self, input_ids: torch.Tensor, *, max_length: int | None = None, target_vocab_size: int | None = None
+    ) -> None:
+        """An empty cache sized for ``max_length`` positions; no features observed yet."""
+        self.cache = new_cache(self.module, self.cache_kind, max_len=max_length)
+        self._pending, self._observed, self._fed = [], 0, 0
+
+    def observe_target(self, hidden: torch.Tensor) -> None:
+        """Queue the true features ``hidden: [n, D]`` of the next n positions (fed at the next `propose`)."""
+        self._pending.append(hidden)
+        self._observed += hidden.shape[0]
+
+    @staticmethod
+    def _draw(logits: torch.Tensor, sampling: SamplingConfig, generator: torch.Generator | None,
+              rows: list[torch.Tensor]) -> torch.Tensor:
+        """One draft from ``logits: [V]``: the argmax (greedy) or a draw from q (appended to ``rows``)."""
+        if sampling.is_greedy:
+            return logits.argmax()
+        probs = logits_to_probs(logits, sampling)  # [V]: the q this draft is drawn from
+        rows.append(probs)
+        return sample_token(probs, generator)
+
+    @torch.inference_mode()
+    def propose(
+        self, sequence: torch.Tensor, k: int, sampling: SamplingConfig, generator: torch.Generator | None
+    ) -> Draft:
+        """Up to ``k`` drafts after ``sequence: LongTensor[1, L]``: feed the new true pairs, then autoregress."""
+        length = sequence.shape[1]
+        if self.cache is None or self._observed != length - 1:
+            raise ConfigError(
+                f"EagleDrafter drafts from the target's hidden states, which cover {self._observed} positions, but "
+                f"the sequence has {length} tokens (they must cover all but the last). Run it through "
+                "speculative_generate, which calls observe_target after every target forward."
+            )
+        if k == 0:
+            return Draft.empty(self.device)
+        dtype = self.module.fc.weight.dtype
+        # 0-based: the new true pairs (h_i, x_{i+1}) for i = fed .. L-2; the output at position L-2 is h^_{L-1}
+        features = torch.cat(self._pending).to(device=self.device, dtype=dtype)[None]  # [1, P, D]: h_fed .. h_{L-2}
+        next_ids = sequence[:, self._fed + 1 : length].to(self.device)  # [1, P]: x_{fed+1} .. x_{L-1}
+        self._pending = []
+        predicted = self.module(features, next_ids, self.cache)[0, -1]  # [D]: h^_{L-1}, whose LM head gives d_1
+        self._fed = length - 1
+        tokens: list[torch.Tensor] = []
+        rows: list[torch.Tensor] = []  # sampling only: the q rows
+        for step in range(k):
+            tokens.append(self._draw(self.module.logits(predicted), sampling, generator, rows))
+            if step + 1 < k:  # the last draft is never fed: nothing would read its output
+                predicted = self.module(predicted.view(1, 1, -1), tokens[-1].view(1, 1), self.cache)[0, -1]
+        return Draft(tokens=torch.stack(tokens), probs=torch.stack(rows) if rows else None, forwards=k)
+
+    def accept(self, sequence_length: int) -> None:
+        """Drop the drafted pairs: keep the true ones (the target's features of the accepted drafts arrive through
+        `observe_target` and are fed at the next `propose`)."""
+        if self.cache is not None:
+            crop_cache(self.cache, self._fed)
+
+
+def default_eagle_folder() -> Path:
+    """``data/models/eagle``: the EAGLE layer shipped for the embedded target."""
+    return data_dir() / "models" / "eagle"
+
+
+def load_eagle(target: PreTrainedModel, folder: str | Path | None = None, cache_kind: str = "dynamic") -> EagleDrafter:
+    """`EagleDrafter.load` of ``folder`` (default: the shipped layer, trained for the embedded target)."""
+    return EagleDrafter.load(default_eagle_folder() if folder is None else folder, target, cache_kind)

@@ -1,0 +1,179 @@
+"""The cards (``README.md``) of the Medusa heads and the EAGLE layer, rendered from their JSON files.
+
+Every number comes from the folder's ``training_report.json`` (written by `specdec_lib.training.heads`) or its
+``config.json``; nothing is typed in by hand, so ``render_head_card(folder)`` always equals the shipped card
+(a test checks it).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+TITLE = {"medusa-heads": "Medusa heads", "eagle": "EAGLE layer"}
+ROLE = {
+    "medusa-heads": "K extra heads on the *frozen* embedded target (Medusa-1): head j maps the target's last hidden "
+                    "state h_t (after its final norm) through a residual SiLU block, h + SiLU(W h + b), and then the "
+                    "target's own LM head (shared, not copied) to a guess of x_{t+1+j}. Drafting runs no model: the "
+                    "hidden state comes with the target's verification forward.",
+    "eagle": "One decoder layer on the *frozen* embedded target (EAGLE-1 style): fc(concat(embed(x_{t+1}), h_t)) → "
+             "a Llama decoder layer → RMSNorm predicts the target's next feature h_{t+1}, and the target's own LM "
+             "head turns it into a draft token. The embedding table and LM head are the target's (shared, not "
+             "copied). At draft time it autoregresses on its own predicted features.",
+}
+LOADER = {"medusa-heads": ("load_heads", "HeadsDrafter"), "eagle": ("load_eagle", "EagleDrafter")}
+LEFT_OUT = {
+    "medusa-heads": "Tree attention over the top candidates of every head (much of Medusa's speed), Medusa-2's joint "
+                    "fine-tuning of the target, and training on the target's own generations (self-distillation).",
+    "eagle": "Tree drafting (EAGLE-1's static tree, EAGLE-2's dynamic tree grown by the draft's confidence), EAGLE-3's "
+             "fusion of low, middle and high target layers and its training-time test (training on its own "
+             "multi-step predictions), feature noise during training, and self-distilled training data.",
+}
+
+
+def _architecture_rows(kind: str, architecture: dict, report: dict) -> list[tuple[str, str]]:
+    if kind == "medusa-heads":
+        rows = [("heads", f"{architecture['num_heads']} (head j guesses x_{{t+1+j}} from h_t)"),
+                ("block", f"{architecture['block']}, width {architecture['hidden_size']}, W initialised at zero "
+                          "(each head starts as the LM head)")]
+    else:
+        rows = [("input", f"fc: [{2 * architecture['hidden_size']}] → [{architecture['hidden_size']}] "
+                          "(token embedding ‖ feature)"),
+                ("layer", f"1 LlamaDecoderLayer: {architecture['num_attention_heads']} heads × "
+                          f"{architecture['head_dim']}, MLP {architecture['intermediate_size']}, RoPE, "
+                          f"context {architecture['max_position_embeddings']}"),
+                ("output", "RMSNorm (initialised from the target's final norm) → the predicted feature")]
+    return rows + [
+        ("LM head and embedding", "the target's, shared and frozen (not in these files)"),
+        ("own parameters", f"{report['parameters'] / 1e6:.3f} M"),
+        ("weights on disk", f"float16 safetensors, {report['weights_bytes'] / 1e6:.2f} MB"),
+    ]
+
+
+def _acceptance_lines(report: dict) -> list[str]:
+    lines = ["| γ | α (per-token acceptance) | acceptance rate | mean acceptance length | tokens per target "
+             "forward | per-position acceptance |", "|---|---|---|---|---|---|"]
+    for gamma, m in report["acceptance"].items():
+        positions = ", ".join(f"{v:.2f}" for v in m["per_position_acceptance"])
+        lines.append(f"| {gamma} | {m['alpha']:.3f} | {m['acceptance_rate']:.3f} | {m['mean_acceptance_length']:.2f} "
+                     f"| {m['tokens_per_target_forward']:.2f} | {positions} |")
+    return lines
+
+
+def _accuracy_lines(kind: str, validation: dict) -> list[str]:
+    step = "head j" if kind == "medusa-heads" else "step s"
+    header = f"| {step} | top-1 | chain (all up to here right) |" + (" CE (nats) |" if kind == "medusa-heads" else "")
+    lines = [header, "|---|---|---|" + ("---|" if kind == "medusa-heads" else "")]
+    for i, (top1, chain) in enumerate(zip(validation["top1"], validation["chain"])):
+        loss = f" {validation['loss'][i]:.3f} |" if kind == "medusa-heads" else ""
+        lines.append(f"| {i + 1} | {top1:.3f} | {chain:.3f} |{loss}")
+    return lines
+
+
+def render_head_card(folder: Path) -> str:
+    """The README.md of the drafter folder ``folder`` (``heads/`` or ``eagle/``), from its JSON files."""
+    folder = Path(folder)
+    config = json.loads((folder / "config.json").read_text())
+    report = json.loads((folder / "training_report.json").read_text())
+    kind, spec, training, data = config["kind"], report["spec"], report["training"], report["data"]
+    target, corpus = config["target"], report["corpus"]
+    loader, drafter = LOADER[kind]
+    gammas = ", ".join(report["acceptance"])
+    measured = ("per-head top-1 of head j on h_t against the corpus token x_{t+1+j}" if kind == "medusa-heads" else
+                "per-step top-1 of the greedy drafts along its own autoregression (each step on its own predicted "
+                "feature and token) against the corpus tokens")
+    total = (data["feature_seconds"] + training["seconds"]) / 60
+    lines = [
+        f"# {TITLE[kind]} for the embedded target",
+        "",
+        ROLE[kind],
+        "",
+        f"Load with `specdec_lib.{loader}(target)` (or `{drafter}.load(folder, target)`): it refuses any model but "
+        f"the one it was trained for (fingerprint below), and `speculative_generate(target, drafter, ...)` feeds it "
+        f"the target's hidden states.",
+        "",
+        "## Architecture",
+        "",
+        "| | |",
+        "|---|---|",
+        *(f"| {k} | {v} |" for k, v in _architecture_rows(kind, config["architecture"], report)),
+        f"| trained for | `{target['name']}`: {target['layers']} layers × {target['hidden_size']}, vocabulary "
+        f"{target['vocab_size']}, {target['parameters'] / 1e6:.2f} M parameters; sha256 of its float16 embedding "
+        f"and LM head `{target['sha256'][:16]}…` |",
+        "",
+        "## Data",
+        "",
+        f"The family's corpus and split (Python standard library, {corpus['train_files']} training files, "
+        f"{corpus['validation_files']} validation files, corpus sha256 `{corpus['sha256'][:16]}…`"
+        + (", the corpus the target was trained on" if corpus["same_corpus_as_target"] else
+           ", **not** the corpus recorded beside the target") + "), tokenizer A. "
+        f"{data['train_windows']} random training windows of {data['window']} tokens ({data['feature_tokens']:,} "
+        f"tokens) went through the frozen target once (inference mode) to get its features; "
+        f"{data['validation_windows']} validation windows spread over the held-out files serve the accuracies. "
+        f"Loading the target, reading and tokenising the corpus and computing the features took "
+        f"{data['feature_seconds'] / 60:.1f} min, shared by the heads and the EAGLE layer (one pass serves both).",
+        "",
+        "## Training",
+        "",
+        f"- {training['steps']} steps × {training['batch_windows']} windows × {data['window']} tokens = "
+        f"{training['tokens'] / 1e6:.2f} M tokens, AdamW (β = 0.9, 0.95), peak learning rate {spec['learning_rate']}, "
+        f"warm-up {spec['warmup_steps']} steps then cosine decay, seed {spec['seed']}, {report['threads']} CPU threads, "
+        f"torch {report['torch']}: {training['seconds'] / 60:.1f} min; with the features, "
+        f"{total:.1f} min from scratch.",
+    ]
+    final = training["final"]
+    if kind == "medusa-heads":
+        lines.append(f"- loss: cross-entropy per head, head j weighted {spec['head_decay']}^(j-1); final training "
+                     "CE (moving average): " + ", ".join(f"head {k[4:]} {v:.3f}" for k, v in final.items()) + ".")
+    else:
+        lines.append(f"- loss: smooth L1 between predicted and true features + {spec['eagle_cls_weight']} × the "
+                     "cross-entropy between the target's next-token distribution and the LM head's on the predicted "
+                     f"feature; final (moving average): regression {final['regression']:.3f}, cross-entropy "
+                     f"{final['cls']:.3f}, one-step top-1 agreement with the target {final['top1']:.3f}.")
+    validation = report["validation"]
+    lines += [
+        "",
+        "## Results (measured, not promised)",
+        "",
+        f"Held-out accuracy, {validation['positions']:,} validation positions: {measured}.",
+        "",
+        *_accuracy_lines(kind, validation),
+    ]
+    if kind == "medusa-heads":
+        lines += ["", f"For reference, the target's own LM head predicts x_{{t+1}} with top-1 "
+                      f"{validation['target_top1']:.3f} on the same positions."]
+    first = next(iter(report["acceptance"].values()))
+    lines += [
+        "",
+        f"Greedy speculative decoding of the target with this drafter, γ = {gammas}, on the {first['prompts']} code "
+        f"prompts of `data/prompts/` ({first['new_tokens']} new tokens per γ in all; every round of every prompt "
+        "pooled; vocabulary of `specdec_lib.trace`). The output is token-identical to the target's own greedy "
+        "decoding.",
+        "",
+        *_acceptance_lines(report),
+    ]
+    reference = report.get("reference_draft_alpha")
+    if reference is not None:
+        lines += ["", f"For comparison, the embedded one-layer draft model's greedy agreement α on the code prompts "
+                      f"is {reference:.3f} (`data/models/measurements.json`)."]
+    lines += [
+        "",
+        f"Measuring took {report['measure_seconds'] / 60:.1f} min.",
+        "",
+        "## What this leaves out",
+        "",
+        LEFT_OUT[kind],
+        "",
+        "## Reproduce",
+        "",
+        "```bash",
+        "python -m specdec_lib.train heads            # trains the heads and the EAGLE layer into data/models/",
+        "python -m specdec_lib.train heads --quick    # a few steps on a corpus slice (seconds), for tests",
+        "```",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def write_head_card(folder: Path) -> None:
+    """Write ``folder/README.md`` from the folder's JSON files."""
+    (Path(folder) / "README.md").write_text(render_head_card(folder))

@@ -1,0 +1,282 @@
+"""Train Medusa heads and an EAGLE layer on the *frozen* embedded target: ``python -m specdec_lib.train heads``.
+
+Both drafters read the target's last hidden states (after its final norm), so their training data is the
+target's features on corpus windows, computed once (``torch.inference_mode``: no graph, no gradient through the
+24 target layers) and shared by the two trainings, which then only run their own small modules:
+
+    windows    random windows of the training split (tokenizer A, the family's train/validation split:
+               `collect_stdlib_sources` / `split_files` / the family's tokenisation, reused, not copied)
+    features   h: [W, T, D] float32, the target's post-norm hidden states at the first T tokens of each window
+    Medusa     head j on h_t -> x_{t+1+j}: cross-entropy per head, weighted head_decay ** (j - 1) (Medusa-1)
+    EAGLE      (h_t, x_{t+1}) -> h^_{t+1}: smooth L1 against h_{t+1} + eagle_cls_weight x the cross-entropy
+               between the target's next-token distribution at t+1 and the LM head's on h^_{t+1} (EAGLE-1)
+
+The target's embedding and LM head are used, never trained: the heads' and the layer's files hold their own
+weights only. Both train with AdamW and the family's warm-up + cosine schedule, seeded. After training, weights
+are rounded to float16 (the format that ships) and measured on the validation split and the code prompts
+(`specdec_lib.training.head_measure`); each folder gets ``config.json`` (architecture + the target's
+fingerprint), ``model.safetensors``, ``training_report.json`` and a ``README.md`` rendered from the report
+(`specdec_lib.training.head_cards`).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from transformers import PreTrainedModel
+
+from ..drafters.eagle import EagleDrafter, EagleModule, eagle_architecture
+from ..drafters.eagle import KIND as EAGLE_KIND
+from ..drafters.frozen_target import WEIGHTS_FILE, save_drafter, target_fingerprint
+from ..drafters.heads import KIND as HEADS_KIND
+from ..drafters.heads import HeadsDrafter, MedusaHeads
+from ..kv_cache import new_cache
+from ..models import load_model_folder
+from ..paths import REPO_DATA_DIR
+from .corpus import collect_stdlib_sources, corpus_manifest, split_files
+from .head_cards import write_head_card
+from .head_measure import code_prompts, eagle_accuracy, greedy_acceptance, medusa_accuracy
+from .model_training import lr_at, sample_windows
+from .tokenizer_training import tokenize_texts
+
+REPORT_FILE = "training_report.json"
+
+
+@dataclass(frozen=True)
+class HeadsSpec:
+    """What to train (K heads, the EAGLE layer's MLP width), on how much data, how long, and how to measure."""
+
+    num_heads: int  # K Medusa heads (drafting proposes at most K tokens per round)
+    eagle_intermediate: int  # MLP width of the EAGLE decoder layer
+    train_windows: int  # W windows of the training split whose target features are computed once
+    window: int  # T tokens of features per window (T + 1 tokens are read: the last one is only a label)
+    val_windows: int  # validation windows (spread evenly over the split) for the accuracies
+    medusa_steps: int
+    eagle_steps: int
+    batch_windows: int  # windows per optimiser step
+    learning_rate: float
+    warmup_steps: int
+    eagle_eval_windows: int  # validation windows on which EAGLE drafts greedily at every position
+    acceptance_prompts: int | None  # first N code prompts for the acceptance runs (None: all of them)
+    new_tokens: int  # generated per prompt in the acceptance runs
+    eagle_gammas: tuple[int, ...]
+    head_decay: float = 0.8  # head j's loss weight head_decay ** (j - 1) (Medusa's lambda)
+    eagle_cls_weight: float = 0.1  # EAGLE-1's weight of the classification loss
+    eval_steps: int = 4  # EAGLE drafting steps measured at each validation position
+    max_files: int | None = None
+    seed: int = 1234
+    threads: int = 2
+
+
+FULL = HeadsSpec(num_heads=4, eagle_intermediate=512, train_windows=512, window=256, val_windows=32,
+                 medusa_steps=300, eagle_steps=400, batch_windows=12, learning_rate=3e-3, warmup_steps=20,
+                 eagle_eval_windows=8, acceptance_prompts=None, new_tokens=48, eagle_gammas=(3, 4, 5))
+QUICK = HeadsSpec(num_heads=3, eagle_intermediate=64, train_windows=6, window=32, val_windows=2, medusa_steps=3,
+                  eagle_steps=3, batch_windows=2, learning_rate=1e-3, warmup_steps=1, eagle_eval_windows=1,
+                  acceptance_prompts=2, new_tokens=8, eagle_gammas=(3,), max_files=12, threads=1)
+
+
+def target_features(target: PreTrainedModel, windows: torch.Tensor, batch: int = 8) -> torch.Tensor:
+    """The target's post-norm hidden states ``[W, T, D]`` (float32) at the first T tokens of
+    ``windows: LongTensor[W, T + 1]`` (the decoder's output is the LM head's input), ``batch`` windows a forward.
+
+    Computed under ``inference_mode`` (no graph through the target), returned as an ordinary tensor that the
+    small modules' training graphs may save."""
+    decoder, inputs = target.get_decoder(), windows[:, :-1]
+    with torch.inference_mode():
+        features = torch.cat([decoder(input_ids=inputs[i : i + batch], use_cache=False).last_hidden_state.float()
+                              for i in range(0, inputs.shape[0], batch)])
+    return features.clone()
+
+
+def spread_windows(tokens: torch.Tensor, count: int, length: int) -> torch.Tensor:
+    """``count`` windows of ``length`` tokens spread evenly over ``tokens`` (1-D): LongTensor[count, length]."""
+    starts = torch.linspace(0, tokens.numel() - length, count).long().tolist()
+    return torch.stack([tokens[s : s + length] for s in starts]).long()
+
+
+def _train_loop(module: torch.nn.Module, steps: int, spec: HeadsSpec, batch_loss: Callable[[torch.Tensor], tuple],
+                num_windows: int, name: str, log: list) -> dict:
+    """``steps`` AdamW steps on ``module``'s parameters; ``batch_loss(window_indices)`` -> (loss, parts dict).
+
+    The family's schedule (`lr_at`: warm-up then cosine to 10%), gradient clipping at 1, a seeded window order;
+    logs an exponential moving average of the parts every 20 steps. Returns the summary of the run."""
+    generator = torch.Generator().manual_seed(spec.seed)
+    optimizer = torch.optim.AdamW(module.parameters(), lr=spec.learning_rate, betas=(0.9, 0.95), weight_decay=0.0)
+    module.train()
+    start, running = time.perf_counter(), {}
+    for step in range(steps):
+        for group in optimizer.param_groups:
+            group["lr"] = lr_at(step, spec, steps)
+        loss, parts = batch_loss(torch.randint(0, num_windows, (spec.batch_windows,), generator=generator))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(module.parameters(), 1.0)
+        optimizer.step()
+        running = {k: v if k not in running else 0.95 * running[k] + 0.05 * v for k, v in parts.items()}
+        if step % 20 == 0 or step == steps - 1:
+            seconds = round(time.perf_counter() - start, 1)
+            log.append({"model": name, "step": step, **{k: round(v, 4) for k, v in running.items()}, "seconds": seconds})
+            print(f"{name} step {step}/{steps} {seconds:.0f}s " + " ".join(f"{k}={v:.3f}" for k, v in running.items()),
+                  flush=True)
+    module.eval()
+    return {"steps": steps, "batch_windows": spec.batch_windows, "tokens": steps * spec.batch_windows * spec.window,
+            "seconds": round(time.perf_counter() - start, 1), "final": {k: round(v, 4) for k, v in running.items()}}
+
+
+def medusa_loss(heads: MedusaHeads, lm_head: torch.nn.Module, features: torch.Tensor, tokens: torch.Tensor,
+                decay: float) -> tuple[torch.Tensor, dict]:
+    """Weighted CE of heads 1 .. K: head j on ``features: [B, T, D]`` (h_t) against ``tokens: [B, T + 1]``
+    (x_{t+1+j}, for the t that have one)."""
+    length = features.shape[1]
+    total, parts = 0.0, {}
+    for j, block in enumerate(heads.blocks, start=1):
+        h = features[:, : length - j]  # [B, T - j, D]: the h_t whose x_{t+1+j} is in the window
+        logits = lm_head(h + F.silu(block(h)))  # [B, T - j, V]
+        loss = F.cross_entropy(logits.flatten(0, 1), tokens[:, 1 + j :].flatten())
+        total = total + decay ** (j - 1) * loss
+        parts[f"head{j}"] = loss.item()
+    return total, parts
+
+
+def eagle_loss(module: EagleModule, features: torch.Tensor, tokens: torch.Tensor, cls_weight: float
+               ) -> tuple[torch.Tensor, dict]:
+    """EAGLE-1's loss on ``features: [B, T, D]`` and ``tokens: [B, T + 1]``: predict h_{t+1} from (h_t, x_{t+1}) for
+    t = 0 .. T-2; smooth L1 on the features + ``cls_weight`` x CE(target's p_{t+2} || LM head on h^_{t+1})."""
+    predicted = module(features[:, :-1], tokens[:, 1:-1], new_cache(module))  # [B, T - 1, D]
+    truth = features[:, 1:]
+    regression = F.smooth_l1_loss(predicted, truth)
+    with torch.no_grad():
+        target_probs = torch.softmax(module.logits(truth), dim=-1)  # [B, T - 1, V]
+    log_q = torch.log_softmax(module.logits(predicted), dim=-1)
+    classification = -(target_probs * log_q).sum(-1).mean()
+    parts = {"regression": regression.item(), "cls": classification.item(),
+             "top1": (log_q.argmax(-1) == target_probs.argmax(-1)).float().mean().item()}
+    return regression + cls_weight * classification, parts
+
+
+def _round_to_fp16(module: torch.nn.Module) -> None:
+    """Round the weights in place to float16 values (kept float32): measure exactly what ships."""
+    with torch.no_grad():
+        for parameter in module.parameters():
+            parameter.copy_(parameter.half().float())
+
+
+def _corpus(tokenizer, spec: HeadsSpec) -> tuple[torch.Tensor, torch.Tensor, dict]:
+    """(train tokens, validation tokens, manifest): the family's corpus and split, tokenised like the family's."""
+    train_files, val_files = split_files(collect_stdlib_sources(max_files=spec.max_files))
+    manifest = corpus_manifest(train_files, val_files)
+    return (tokenize_texts(tokenizer, [f.text for f in train_files]),
+            tokenize_texts(tokenizer, [f.text for f in val_files]), manifest)
+
+
+def _write(folder: Path, kind: str, module: torch.nn.Module, architecture: dict, fingerprint: dict, report: dict) -> None:
+    save_drafter(folder, kind, architecture, fingerprint, module.state_dict())
+    report["parameters"] = sum(p.numel() for p in module.parameters())
+    report["weights_bytes"] = (folder / WEIGHTS_FILE).stat().st_size
+    (folder / REPORT_FILE).write_text(json.dumps(report, indent=2) + "\n")
+    write_head_card(folder)
+
+
+def train_heads(spec: HeadsSpec, out_dir: Path, target_folder: Path) -> dict[str, dict]:
+    """Train both drafters for the model in ``target_folder`` and write ``out_dir/heads`` and ``out_dir/eagle``.
+
+    Returns the two training reports (also written beside the weights). Runs on ``spec.threads`` threads (the
+    caller's setting is restored afterwards)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(spec.threads)
+    try:
+        return _train_both(spec, Path(out_dir), Path(target_folder))
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _train_both(spec: HeadsSpec, out_dir: Path, target_folder: Path) -> dict[str, dict]:
+    started = time.perf_counter()
+    target, tokenizer = load_model_folder(target_folder, device="cpu")
+    target.requires_grad_(False)
+    fingerprint = target_fingerprint(target, name=Path(target_folder).name)
+    train_tokens, val_tokens, manifest = _corpus(tokenizer, spec)
+    shipped_manifest = Path(target_folder).parent / "corpus_manifest.json"
+    same_corpus = shipped_manifest.is_file() and json.loads(shipped_manifest.read_text())["sha256"] == manifest["sha256"]
+    measurements = Path(target_folder).parent / "measurements.json"  # the family's: the draft model's alpha, for scale
+    reference = json.loads(measurements.read_text())["agreement"]["code"]["alpha"] if measurements.is_file() else None
+
+    windows = sample_windows(train_tokens, spec.train_windows, spec.window + 1, torch.Generator().manual_seed(spec.seed))
+    val = spread_windows(val_tokens, spec.val_windows, spec.window + 1)
+    features = target_features(target, windows)  # [W, T, D]
+    val_features = target_features(target, val)
+    feature_seconds = round(time.perf_counter() - started, 1)
+    print(f"features: {windows.numel():,} training + {val.numel():,} validation tokens in {feature_seconds:.0f}s",
+          flush=True)
+
+    lm_head = target.get_output_embeddings()
+    prompts = code_prompts(tokenizer, spec.acceptance_prompts)
+    common = {
+        "target": fingerprint,
+        "corpus": {"sha256": manifest["sha256"], "train_files": manifest["train_files"],
+                   "validation_files": manifest["validation_files"], "train_tokens": train_tokens.numel(),
+                   "validation_tokens": val_tokens.numel(), "same_corpus_as_target": same_corpus},
+        "spec": asdict(spec),
+        "data": {"train_windows": spec.train_windows, "window": spec.window, "feature_tokens": windows.numel(),
+                 "validation_windows": spec.val_windows, "feature_seconds": feature_seconds},
+        "threads": spec.threads, "torch": torch.__version__, "python": platform.python_version(),
+        "reference_draft_alpha": reference,
+    }
+    reports = {}
+
+    torch.manual_seed(spec.seed)
+    heads = MedusaHeads(spec.num_heads, target.config.hidden_size)
+    log: list[dict] = []
+    training = _train_loop(heads, spec.medusa_steps, spec, lambda i: medusa_loss(
+        heads, lm_head, features[i], windows[i], spec.head_decay), len(windows), "medusa", log)
+    _round_to_fp16(heads)
+    measure_start = time.perf_counter()
+    drafter = HeadsDrafter(heads, target)
+    reports[HEADS_KIND] = {**common, "kind": HEADS_KIND, "training": training, "log": log,
+                           "validation": medusa_accuracy(heads, lm_head, val_features, val),
+                           "acceptance": greedy_acceptance(target, drafter, prompts, (spec.num_heads,), spec.new_tokens),
+                           "measure_seconds": round(time.perf_counter() - measure_start, 1)}
+    _write(out_dir / "heads", HEADS_KIND, heads, heads.architecture, fingerprint, reports[HEADS_KIND])
+
+    torch.manual_seed(spec.seed + 1)
+    architecture = eagle_architecture(target, spec.eagle_intermediate)
+    module = EagleModule(architecture, target)
+    with torch.no_grad():  # start in the target's feature scale
+        module.norm.weight.copy_(target.get_decoder().norm.weight)
+    log = []
+    training = _train_loop(module, spec.eagle_steps, spec, lambda i: eagle_loss(
+        module, features[i], windows[i], spec.eagle_cls_weight), len(windows), "eagle", log)
+    _round_to_fp16(module)
+    measure_start = time.perf_counter()
+    drafter = EagleDrafter(module)
+    reports[EAGLE_KIND] = {**common, "kind": EAGLE_KIND, "training": training, "log": log,
+                           "validation": eagle_accuracy(module, val_features[: spec.eagle_eval_windows],
+                                                        val[: spec.eagle_eval_windows], spec.eval_steps),
+                           "acceptance": greedy_acceptance(target, drafter, prompts, spec.eagle_gammas, spec.new_tokens),
+                           "measure_seconds": round(time.perf_counter() - measure_start, 1)}
+    _write(out_dir / "eagle", EAGLE_KIND, module, architecture, fingerprint, reports[EAGLE_KIND])
+    print(f"done in {(time.perf_counter() - started) / 60:.1f} min", flush=True)
+    return reports
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m specdec_lib.train heads", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=REPO_DATA_DIR / "models",
+                        help="where heads/ and eagle/ go (default: data/models)")
+    parser.add_argument("--target", type=Path, default=REPO_DATA_DIR / "models" / "target",
+                        help="the model folder to train for (default: the embedded target)")
+    parser.add_argument("--quick", action="store_true", help="a few steps on a corpus slice (seconds; for tests)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch threads (default: the spec's, 2 for the full run like the family's, 1 for --quick)")
+    args = parser.parse_args(argv)
+    spec = QUICK if args.quick else FULL
+    train_heads(spec if args.threads is None else replace(spec, threads=args.threads), args.out, args.target)
