@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .drafters.base import Draft, Drafter
+from .drafters.base import Draft, Drafter, WrappedDrafter
 from .errors import ConfigError
 from .sampling import SamplingConfig
 from .speculative import speculative_generate
@@ -108,7 +108,7 @@ _KIND_RULES = {
 }
 
 
-class _RecordingDrafter(Drafter):
+class _RecordingDrafter(WrappedDrafter):
     """Wraps a drafter and writes down every draft it proposes, keyed by the sequence length it continued.
 
     Each round starts from a longer sequence than the last (a round emits at least one token), so the
@@ -116,13 +116,8 @@ class _RecordingDrafter(Drafter):
     """
 
     def __init__(self, inner: Drafter) -> None:
-        self.inner = inner
-        self.name = getattr(inner, "name", type(inner).__name__)
+        super().__init__(inner)
         self.proposals: dict[int, list[int]] = {}
-
-    @property
-    def device(self) -> torch.device | None:  # type: ignore[override]
-        return getattr(self.inner, "device", None)
 
     def begin(self, input_ids: torch.Tensor, **limits) -> None:
         self.proposals.clear()
@@ -134,9 +129,6 @@ class _RecordingDrafter(Drafter):
         draft = self.inner.propose(sequence, k, sampling, generator)
         self.proposals[sequence.shape[1]] = draft.tokens.tolist()
         return draft
-
-    def accept(self, sequence_length: int) -> None:
-        self.inner.accept(sequence_length)
 
 
 def views_from_run(result: GenerationResult, proposals: dict[int, list[int]]) -> list[RoundView]:

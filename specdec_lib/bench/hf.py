@@ -22,7 +22,16 @@ from ..models import ModelPair
 from ..sampling import SamplingConfig
 from ..speculative import check_gamma
 from ..trace import GenerationResult
-from .methods import HF_ASSISTED, HF_ASSISTED_CROSS, HF_GREEDY, HF_SAMPLE, GenerationSpec, Method
+from .methods import (
+    HF_ASSISTED,
+    HF_ASSISTED_CROSS,
+    HF_EARLY_EXIT,
+    HF_GREEDY,
+    HF_PROMPT_LOOKUP,
+    HF_SAMPLE,
+    GenerationSpec,
+    Method,
+)
 
 
 def hf_sampling_kwargs(sampling: SamplingConfig) -> dict:
@@ -193,3 +202,51 @@ class HFAssistedCross(HFAssisted):
 
     def _extra_kwargs(self) -> dict:
         return {"tokenizer": self.target_tokenizer, "assistant_tokenizer": self.draft_tokenizer}
+
+
+class HFPromptLookup(Method):
+    """transformers' prompt lookup, ``target.generate(prompt_lookup_num_tokens=gamma)`` (row ``hf-prompt-lookup``):
+    its `PromptLookupCandidateGenerator` copies up to gamma tokens after the first earlier match of the last
+    1 .. ``max_matching_ngram_size`` tokens (longest n first; transformers' default 2). No draft model: forward
+    counts see only the target."""
+
+    # its drafts are no model's forwards: tokens per target forward only (no acceptance rate, no alpha)
+    name, source, draft_role, counts_acceptance = HF_PROMPT_LOOKUP, "forward counts", "none", False
+
+    def __init__(self, target: PreTrainedModel, gamma: int, spec: GenerationSpec, max_ngram: int = 2) -> None:
+        check_gamma(gamma)
+        self.target, self.gamma, self.spec, self.max_ngram = target, gamma, spec, max_ngram
+        self._target_config = _config_for(target, spec)
+
+    def generate(self, input_ids: torch.Tensor, seed: int | None = None) -> tuple[list[int], GenerationResult | None]:
+        input_ids = input_ids.to(self.target.device)
+        _seed_transformers(self.spec, seed)
+        with _swapped_generation_config(self.target, self._target_config):
+            output = self.target.generate(input_ids, prompt_lookup_num_tokens=self.gamma,
+                                          max_matching_ngram_size=self.max_ngram,
+                                          **_hf_generate_kwargs(input_ids, self.spec))
+        return output[0, input_ids.shape[1] :].tolist(), None
+
+
+class HFEarlyExit(Method):
+    """transformers' self-speculative decoding, ``target.generate(assistant_early_exit=E)`` (row ``hf-early-exit``):
+    its `EarlyExitCandidateGenerator` drafts gamma tokens with the first E layers (it shrinks
+    ``config.num_hidden_layers`` around the assistant's own ``generate``), sharing the *weights* with the target
+    but not the cache: verification runs all layers again on the drafts. Draft length fixed to gamma as for
+    hf-assisted (`assistant_config` on the target's own generation config)."""
+
+    # the target's forward count includes the drafting passes: speed only, no acceptance numbers
+    name, source, draft_role, counts_rounds, counts_acceptance = HF_EARLY_EXIT, "forward counts", "none", False, False
+
+    def __init__(self, target: PreTrainedModel, exit_layer: int, gamma: int, spec: GenerationSpec) -> None:
+        check_gamma(gamma)
+        self.target, self.exit_layer, self.gamma, self.spec = target, exit_layer, gamma, spec
+        self._target_config = assistant_config(target, gamma, spec)
+
+    def generate(self, input_ids: torch.Tensor, seed: int | None = None) -> tuple[list[int], GenerationResult | None]:
+        input_ids = input_ids.to(self.target.device)
+        _seed_transformers(self.spec, seed)
+        with _swapped_generation_config(self.target, self._target_config):
+            output = self.target.generate(input_ids, assistant_early_exit=self.exit_layer,
+                                          **_hf_generate_kwargs(input_ids, self.spec))
+        return output[0, input_ids.shape[1] :].tolist(), None

@@ -62,6 +62,8 @@ HF_SAMPLE = "hf-sample"
 SPECULATIVE_BLOCK = "speculative-block"
 SPECULATIVE_CROSS = "speculative-cross"
 HF_ASSISTED_CROSS = "hf-assisted-cross"
+HF_PROMPT_LOOKUP = "hf-prompt-lookup"
+HF_EARLY_EXIT = "hf-early-exit"
 
 
 @dataclass(frozen=True)

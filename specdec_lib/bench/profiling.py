@@ -26,7 +26,7 @@ from contextlib import contextmanager
 import torch
 
 from ..devices import synchronize
-from ..drafters.base import Draft, Drafter
+from ..drafters.base import Draft, Drafter, WrappedDrafter
 from ..sampling import SamplingConfig
 from .methods import Method, Speculative
 from .protocol import timed_run
@@ -92,26 +92,16 @@ def profile_method(
     }
 
 
-class TimedDrafter(Drafter):
+class TimedDrafter(WrappedDrafter):
     """A thin wrapper that times another drafter's public calls: seconds inside ``propose`` and ``accept`` (device
     synchronized before and after each), and the number of ``propose`` calls (one per verification round). Every
-    other attribute (``cache``, ``model``) is the wrapped drafter's."""
+    other call and attribute (``cache``, ``model``) is the wrapped drafter's."""
 
     def __init__(self, inner: Drafter, device: torch.device | str = "cpu") -> None:
-        self.inner, self.sync_device = inner, torch.device(device)
+        super().__init__(inner)
+        self.sync_device = torch.device(device)
         self.propose_seconds = self.accept_seconds = 0.0
         self.proposals = 0
-
-    name = property(lambda self: self.inner.name)  # type: ignore[assignment]
-    device = property(lambda self: self.inner.device)  # type: ignore[assignment]
-
-    def __getattr__(self, attribute: str):  # only called for attributes this wrapper lacks
-        if attribute == "inner":
-            raise AttributeError(attribute)
-        return getattr(self.inner, attribute)
-
-    def begin(self, input_ids: torch.Tensor, **limits) -> None:
-        self.inner.begin(input_ids, **limits)
 
     def propose(
         self, sequence: torch.Tensor, k: int, sampling: SamplingConfig, generator: torch.Generator | None

@@ -47,7 +47,16 @@ from ..trace import (
     target_forwards,
     tokens_per_target_forward,
 )
-from .methods import HF_ASSISTED, HF_ASSISTED_CROSS, LEAN, SPECULATIVE, SPECULATIVE_CROSS, Method
+from .methods import (
+    HF_ASSISTED,
+    HF_ASSISTED_CROSS,
+    HF_EARLY_EXIT,
+    HF_PROMPT_LOOKUP,
+    LEAN,
+    SPECULATIVE,
+    SPECULATIVE_CROSS,
+    Method,
+)
 from .protocol import Measurements, Run
 
 #: What the ``identical`` column holds in a sampling run: token equality with the baseline cannot hold there.
@@ -178,7 +187,10 @@ def _draft_token_seconds(runs: list[list[Run]]) -> float | None:
 
 
 #: Our rows and the transformers row that runs the same drafter (``over_transformers``).
-TRANSFORMERS_TWIN = {SPECULATIVE: HF_ASSISTED, SPECULATIVE_CROSS: HF_ASSISTED_CROSS}
+#: transformers' version of each of our rows (by row name), compared at the same gamma (``over_transformers``);
+#: the drafter names are `specdec_lib.bench.drafters`' rows.
+TRANSFORMERS_TWIN = {SPECULATIVE: HF_ASSISTED, SPECULATIVE_CROSS: HF_ASSISTED_CROSS, "draft-model": HF_ASSISTED,
+                     "prompt-lookup": HF_PROMPT_LOOKUP, "early-exit": HF_EARLY_EXIT}
 
 
 def _seconds_ratio(measurements: Measurements, numerator: str, denominator: str) -> list[float | None] | None:

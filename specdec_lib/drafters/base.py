@@ -136,3 +136,43 @@ def check_draft(draft: Draft, k: int) -> None:
         )
     if isinstance(draft.forwards, bool) or not isinstance(draft.forwards, int) or draft.forwards < 0:
         raise ConfigError(f"Draft.forwards must be an integer >= 0, got {draft.forwards!r}.")
+
+
+class WrappedDrafter(Drafter):
+    """A drafter that passes every call through to ``inner`` (subclasses override the calls they watch: the
+    notebooks' round recorder, the benchmark's timer). The optional capabilities pass through too, so wrapping a
+    drafter that reads the target's hidden states or shares its cache changes nothing about how it runs; any
+    other attribute (``cache``, ``model``) is the inner drafter's."""
+
+    def __init__(self, inner: Drafter) -> None:
+        self.inner = inner
+
+    def __getattr__(self, attribute: str):  # only called for attributes the wrapper itself lacks
+        if attribute == "inner":
+            raise AttributeError(attribute)
+        return getattr(self.inner, attribute)
+
+    name = property(lambda self: getattr(self.inner, "name", type(self.inner).__name__))  # type: ignore[assignment]
+    device = property(lambda self: getattr(self.inner, "device", None))  # type: ignore[assignment]
+    wants_target_hidden = property(lambda self: getattr(self.inner, "wants_target_hidden", False))  # type: ignore[assignment]
+    shares_target_cache = property(lambda self: getattr(self.inner, "shares_target_cache", False))  # type: ignore[assignment]
+
+    def begin(self, input_ids: torch.Tensor, **limits) -> None:
+        self.inner.begin(input_ids, **limits)
+
+    def propose(
+        self, sequence: torch.Tensor, k: int, sampling: SamplingConfig, generator: torch.Generator | None
+    ) -> Draft:
+        return self.inner.propose(sequence, k, sampling, generator)
+
+    def accept(self, sequence_length: int) -> None:
+        self.inner.accept(sequence_length)
+
+    def observe_target(self, hidden: torch.Tensor) -> None:
+        self.inner.observe_target(hidden)
+
+    def attach_target_cache(self, cache: Cache) -> None:
+        self.inner.attach_target_cache(cache)
+
+    def target_forward(self, step_input: torch.Tensor, cache: Cache, logits_to_keep: int) -> torch.Tensor:
+        return self.inner.target_forward(step_input, cache, logits_to_keep)

@@ -1,0 +1,70 @@
+"""The drafters benchmark (``python -m specdec_lib.bench.drafters``): its rows, buckets, twins and arguments.
+
+Timing is never asserted (benchmarks measure speed, tests check what the table says is computed correctly):
+every row must be token-identical to the baseline, our rows must carry trace acceptance, transformers' twins
+their ratio to ours, and each length bucket the prompts it claims.
+"""
+
+import argparse
+import json
+
+import pytest
+import torch
+
+from specdec_lib import load_pair, load_prompts
+from specdec_lib.bench.cli import load_cross_pair
+from specdec_lib.bench.drafters import DEFAULT_GAMMAS, DRAFTERS, format_rows, length_buckets, main, parse_drafters, task_rows
+from specdec_lib.training.measure import encode_prompts
+
+
+@pytest.fixture(scope="module")
+def pairs():
+    pair = load_pair("embedded")
+    return pair, load_cross_pair("embedded", pair)
+
+
+def test_every_drafter_row_is_identical_and_twins_carry_their_ratio(pairs):
+    pair, cross = pairs
+    prompts = load_prompts("grounded", limit=2)
+    prompt_ids = encode_prompts(pair.target_tokenizer, [p.prompt for p in prompts], torch.device("cpu"))
+    gammas = {name: (2,) for name in DRAFTERS}
+    rows = task_rows(pair, cross, prompt_ids, gammas, max_new_tokens=8, repeats=1, progress=False)
+    names = [row["method"] for row in rows]
+    assert names[0] == "autoregressive"
+    assert set(DRAFTERS) <= set(names) and {"hf-assisted", "hf-prompt-lookup", "hf-early-exit"} <= set(names)
+    for row in rows:
+        assert row["identical"] is True, row["method"]
+        assert set(row["buckets"]) == {"short", "long"}
+    for name in DRAFTERS:
+        row = next(r for r in rows if r["method"] == name)
+        assert row["alpha"] is not None and row["mean_acceptance_length"] >= 1.0
+    for name in ("draft-model", "prompt-lookup", "early-exit"):  # the rows with a transformers twin
+        assert next(r for r in rows if r["method"] == name)["over_transformers"] > 0
+    assert next(r for r in rows if r["method"] == "suffix")["over_transformers"] is None
+    table = format_rows("grounded", rows)
+    assert "early-exit" in table and "NO" not in table
+
+
+def test_length_buckets_split_at_the_median():
+    prompts = [torch.zeros(1, n, dtype=torch.long) for n in (5, 9, 7, 30)]
+    assert length_buckets(prompts) == {"short": [0, 2], "long": [1, 3]}
+    assert length_buckets(prompts[:1]) == {"short": [0], "long": []}
+
+
+def test_drafter_arguments_are_parsed_and_checked():
+    assert parse_drafters("draft-model:3,4 suffix") == {"draft-model": (3, 4), "suffix": DEFAULT_GAMMAS["suffix"]}
+    with pytest.raises(argparse.ArgumentTypeError, match="unknown drafter"):
+        parse_drafters("medusa")
+    with pytest.raises(argparse.ArgumentTypeError, match="at least one"):
+        parse_drafters("  ")
+
+
+def test_the_command_writes_its_json(tmp_path, capsys):
+    out = tmp_path / "drafters.json"
+    assert main(["--drafters", "prompt-lookup:2", "--tasks", "code", "--prompts", "1", "--max-new-tokens", "6",
+                 "--repeats", "1", "--no-progress", "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert list(result["tasks"]) == ["code"] and result["settings"]["drafters"] == {"prompt-lookup": [2]}
+    assert "task: code" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["--tasks", "poetry"])
