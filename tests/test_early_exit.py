@@ -5,6 +5,8 @@ so the test that matters beyond token identity is that after every round the sha
 fresh prefill of the committed tokens would hold, in every layer.
 """
 
+import json
+
 import pytest
 import torch
 from transformers import DynamicCache
@@ -18,10 +20,10 @@ from test_sampling_distribution import (
     exact_joint,
     speculative_samples,
 )
-from specdec_lib import autoregressive_generate, load_embedded, load_prompts, speculative_generate
-from specdec_lib import EarlyExitDrafter
+from specdec_lib import EarlyExitDrafter, autoregressive_generate, load_embedded, load_prompts, speculative_generate
 from specdec_lib.errors import ConfigError
 from specdec_lib.modeling import forward_with_cache
+from specdec_lib.paths import data_dir
 from specdec_lib.sampling import GREEDY, SamplingConfig
 from specdec_lib.stats import bucket_counts, chi_square_gof
 
@@ -122,3 +124,41 @@ def test_bad_exit_layers_and_standalone_use_are_explained(tiny_target):
     drafter = EarlyExitDrafter(tiny_target, 1)
     with pytest.raises(ConfigError, match="speculative_generate"):
         drafter.propose(PROMPT, 2, GREEDY, None)
+
+
+def test_the_exit_loss_ablation_runs_end_to_end(tmp_path):
+    from specdec_lib.training import exit_ablation
+
+    out = tmp_path / "ablation.json"
+    exit_ablation.main(["--quick", "--out", str(out)])
+    result = json.loads(out.read_text())
+    runs = result["runs"]
+    assert [run["early_exit_weight"] for run in runs.values()] == [0.3, 0.0]
+    for run in runs.values():
+        assert run["self_speculative"]["identical"] is True
+        assert run["validation_loss"] > 0 and run["exit_validation_loss"] > 0
+
+
+def test_the_shipped_ablation_shows_what_the_exit_loss_buys():
+    """The shipped numbers (notebook 05 reads them): the auxiliary loss makes the shallow exit a better predictor
+    and a better drafter of its own model."""
+    result = json.loads((data_dir() / "models" / "exit_ablation.json").read_text())
+    with_loss, without = result["runs"]["with exit loss"], result["runs"]["without exit loss"]
+    assert with_loss["exit_validation_loss"] < without["exit_validation_loss"]
+    assert with_loss["self_speculative"]["alpha"] > without["self_speculative"]["alpha"]
+    assert with_loss["self_speculative"]["identical"] and without["self_speculative"]["identical"]
+
+
+def test_wrappers_pass_the_shared_cache_through(tiny_target):
+    """The notebooks' round recorder and the benchmark's timer wrap drafters; the capability must survive."""
+    from specdec_lib.bench import TimedDrafter
+    from specdec_lib.viz import trace_rounds
+
+    expected = autoregressive_generate(tiny_target, PROMPT, max_new_tokens=20, eos_token_id=None).new_token_list
+    result, views = trace_rounds(tiny_target, EarlyExitDrafter(tiny_target, 2), PROMPT, gamma=3, max_new_tokens=20,
+                                 eos_token_id=None)
+    assert result.new_token_list == expected and len(views) == len(result.trace.rounds)
+    timed = TimedDrafter(EarlyExitDrafter(tiny_target, 2))
+    assert speculative_generate(tiny_target, timed, PROMPT, gamma=3, max_new_tokens=20,
+                                eos_token_id=None).new_token_list == expected
+    assert timed.proposals > 0
