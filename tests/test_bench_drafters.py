@@ -13,7 +13,15 @@ import torch
 
 from specdec_lib import load_pair, load_prompts
 from specdec_lib.bench.cli import load_cross_pair
-from specdec_lib.bench.drafters import DEFAULT_GAMMAS, DRAFTERS, format_rows, length_buckets, main, parse_drafters, task_rows
+from specdec_lib.bench.drafters import (
+    DEFAULT_GAMMAS,
+    DRAFTERS,
+    format_rows,
+    length_buckets,
+    main,
+    parse_drafters,
+    task_rows,
+)
 from specdec_lib.training.measure import encode_prompts
 
 
@@ -68,3 +76,21 @@ def test_the_command_writes_its_json(tmp_path, capsys):
     assert "task: code" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         main(["--tasks", "poetry"])
+
+
+def test_the_readmes_drafters_tables_are_generated_from_the_json_they_name():
+    """Between <!-- drafters-table: FILES --> and <!-- /drafters-table --> the README holds exactly what
+    `python -m specdec_lib.bench.drafters --table FILES` prints: no number typed by hand."""
+    import re
+    from pathlib import Path
+
+    from specdec_lib.bench.drafters import tables_markdown
+
+    root = Path(__file__).resolve().parent.parent
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"<!-- drafters-table: (.+?) -->\n(.*?)\n<!-- /drafters-table -->", readme, flags=re.S)
+    assert blocks, "the README has no generated drafters table"
+    for names, body in blocks:
+        paths = [Path(name) for name in names.split()]
+        assert all((root / path).is_file() for path in paths), names
+        assert body.strip() == tables_markdown(paths, root=root).strip(), f"regenerate the table for {names}"

@@ -170,6 +170,46 @@ def format_rows(task: str, rows: Sequence[dict]) -> str:
     return "\n".join(lines)
 
 
+def describe_document(document: dict) -> str:
+    """One sentence: where and how a drafters-bench JSON document was measured (from the document itself)."""
+    machine, settings = document["machine"], document["settings"]
+    return (f"{machine['device']} on {machine['cpu_count']} CPUs ({machine['processor']}), torch {machine['torch']}, "
+            f"transformers {machine['transformers']}; {settings['prompts']} prompts per task x "
+            f"{settings['max_new_tokens']} new tokens, {settings['repeats']} timed repeats, greedy")
+
+
+def drafters_markdown(document: dict) -> str:
+    """A drafters-bench JSON document as one Markdown table: a row per method and gamma, per task its speed-up
+    (short / long prompts) and mean acceptance length, and ours / transformers where the row has a twin."""
+    tasks = document["tasks"]
+    first = next(iter(tasks.values()))
+    head = ["method", "gamma"] + [f"{task}: speed-up (short / long), mean acc len" for task in tasks]
+    head.append("ours / transformers (" + ", ".join(tasks) + ")")
+    lines = ["| " + " | ".join(head) + " |", "| " + " | ".join("---" for _ in head) + " |"]
+    for method, gamma in [(row["method"], row["gamma"]) for row in first]:
+        cells, ratios = [method, _cell(gamma)], []
+        for rows in tasks.values():
+            row = next(r for r in rows if (r["method"], r["gamma"]) == (method, gamma))
+            short, long = row["buckets"].get("short", {}), row["buckets"].get("long", {})
+            length = _cell(row["mean_acceptance_length"])
+            cells.append(f"{_cell(row['speedup'], suffix='x')} ({_cell(short.get('speedup'))} / "
+                         f"{_cell(long.get('speedup'))})" + (f", {length}" if length else ""))
+            ratios.append(_cell(row["over_transformers"], suffix="x"))
+        cells.append(", ".join(ratios) if any(ratios) else "")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def tables_markdown(paths: Sequence[Path], root: Path | None = None) -> str:
+    """For each JSON file (relative to ``root``, default the working directory): its run in one line, its table
+    (what the README holds between ``<!-- drafters-table: FILES -->`` markers)."""
+    blocks = []
+    for path in paths:
+        document = json.loads((Path(root or ".") / path).read_text(encoding="utf-8"))
+        blocks.append(f"`{Path(path).as_posix()}`: {describe_document(document)}.\n\n{drafters_markdown(document)}")
+    return "\n\n".join(blocks)
+
+
 def parse_drafters(text: str) -> dict[str, tuple[int, ...]]:
     """``"draft-model:3,4 prompt-lookup:8 suffix"`` -> {name: gammas} (a name alone takes its default gammas)."""
     chosen = {}
@@ -197,7 +237,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-transformers", action="store_true", help="leave transformers' twins out")
     parser.add_argument("--json", type=Path, default=None, metavar="PATH")
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--table", type=Path, nargs="+", default=None, metavar="JSON",
+                        help="measure nothing: print these JSON files as the README's Markdown tables")
     args = parser.parse_args(argv)
+    if args.table:
+        print(tables_markdown(args.table))
+        return 0
     tasks = [task.strip() for task in args.tasks.split(",") if task.strip()]
     unknown = [task for task in tasks if task not in TASKS]
     if unknown or not tasks:
