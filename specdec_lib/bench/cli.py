@@ -336,6 +336,12 @@ def load_cross_pair(preset: str, pair):
 # --------------------------------------------------------------------------- command
 
 
+def write_json(path: Path, document: dict) -> None:
+    """Write a bench document as indented JSON, creating its folder (the ``--json PATH`` of every bench command)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+
+
 def _fail(message: str) -> int:
     print(f"python -m specdec_lib bench: error: {message}", file=sys.stderr)
     return 1
@@ -448,8 +454,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "seeds": report.seeds,
         }
         try:
-            args.json.parent.mkdir(parents=True, exist_ok=True)
-            args.json.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+            write_json(args.json, document)
         except OSError as error:
             return _fail(f"could not write {args.json}: {error}")
         print(f"\nwrote {args.json}")

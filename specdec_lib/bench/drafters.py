@@ -44,7 +44,7 @@ from ..models import ModelPair, load_pair
 from ..prompts import TASKS, load_prompts
 from ..trace import mean_acceptance_length
 from ..training.measure import encode_prompts
-from .cli import load_cross_pair, machine_info, parse_gammas
+from .cli import load_cross_pair, machine_info, parse_gammas, write_json
 from .hf import HFAssisted, HFEarlyExit, HFPromptLookup
 from .methods import Autoregressive, GenerationSpec, Method, Speculative, resolve_eos
 from .protocol import Measurements, measure
@@ -269,8 +269,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = {"tasks": tasks, "prompts": args.prompts, "max_new_tokens": args.max_new_tokens,
                     "repeats": args.repeats, "drafters": {k: list(v) for k, v in args.drafters.items()},
                     "decoding": "greedy", "transformers": not args.no_transformers}
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"settings": settings, "machine": machine, "tasks": results}, indent=2) + "\n")
+        write_json(args.json, {"settings": settings, "machine": machine, "tasks": results})
         print(f"wrote {args.json}")
     return 0
 

@@ -11,7 +11,6 @@ repeats, medians: `specdec_lib.bench.protocol`). Greedy, so every row must emit 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,7 +26,7 @@ from ..trace import GenerationResult
 from ..training.measure import encode_prompts, forward_cost
 from ..tree_speculative import tree_speculative_generate
 from ..trees import TreeShape
-from .cli import machine_info
+from .cli import machine_info, write_json
 from .methods import Autoregressive, GenerationSpec, Method, Speculative, resolve_eos
 from .protocol import measure
 from .report import build_report
@@ -134,8 +133,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("verify cost: median time of one target forward over nodes + 1 positions / over 1 position (64-token "
           "context); speed-up: median over repeats of the baseline's seconds / the row's, same prompts")
     if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"settings": settings, "machine": machine, "rows": rows}, indent=2) + "\n")
+        write_json(args.json, {"settings": settings, "machine": machine, "rows": rows})
         print(f"wrote {args.json}")
     return 0
 

@@ -43,7 +43,7 @@ from ..paths import REPO_DATA_DIR
 from .corpus import collect_stdlib_sources, corpus_manifest, split_files
 from .head_cards import write_head_card
 from .head_measure import code_prompts, eagle_accuracy, greedy_acceptance, medusa_accuracy
-from .model_training import lr_at, sample_windows
+from .model_training import lr_at, optimizer_step, sample_windows
 from .tokenizer_training import tokenize_texts
 
 REPORT_FILE = "training_report.json"
@@ -116,10 +116,7 @@ def _train_loop(module: torch.nn.Module, steps: int, spec: HeadsSpec, batch_loss
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, spec, steps)
         loss, parts = batch_loss(torch.randint(0, num_windows, (spec.batch_windows,), generator=generator))
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(module.parameters(), 1.0)
-        optimizer.step()
+        optimizer_step(module, optimizer, loss)
         running = {k: v if k not in running else 0.95 * running[k] + 0.05 * v for k, v in parts.items()}
         if step % 20 == 0 or step == steps - 1:
             seconds = round(time.perf_counter() - start, 1)

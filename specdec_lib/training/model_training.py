@@ -113,6 +113,14 @@ def _distill_loss(model: LlamaForCausalLM, teacher: LlamaForCausalLM, windows: t
     return kl, {"kl": kl.item()}
 
 
+def optimizer_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss: torch.Tensor) -> None:
+    """One step on ``loss``: gradients cleared, back-propagated, clipped to norm 1, applied (every trainer's step)."""
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+
+
 def train_model(
     model: LlamaForCausalLM,
     spec: ModelSpec,
@@ -147,10 +155,7 @@ def train_model(
                 loss, parts = _lm_loss(model, windows, spec)
             else:
                 loss, parts = _distill_loss(model, teacher, windows)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
+            optimizer_step(model, optimizer, loss)
             # exponential moving average for a readable progress bar and log
             running = {k: v if k not in running else 0.98 * running[k] + 0.02 * v for k, v in parts.items()}
             if step % 50 == 0 or step == steps - 1:
