@@ -7,6 +7,8 @@ forward would measure only the kernel *launch*; `synchronize()` waits for the de
 
 import os
 import random
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 
@@ -96,6 +98,18 @@ def course_setup(seed: int = 0, threads: int = COURSE_THREADS) -> torch.device:
     seed_everything(seed)
     torch.set_num_threads(threads)
     return get_device()
+
+
+@contextmanager
+def torch_threads(threads: int) -> Iterator[None]:
+    """Run the block with ``threads`` torch CPU threads, then restore the caller's count (training commands
+    called from tests or notebooks must not change the session's setting)."""
+    saved = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(saved)
 
 
 def synchronize(device: torch.device | str) -> None:

@@ -130,7 +130,9 @@ def test_the_exit_loss_ablation_runs_end_to_end(tmp_path):
     from specdec_lib.training import exit_ablation
 
     out = tmp_path / "ablation.json"
+    threads = torch.get_num_threads()
     exit_ablation.main(["--quick", "--out", str(out)])
+    assert torch.get_num_threads() == threads  # the command trains at 2 threads and restores the caller's count
     result = json.loads(out.read_text())
     runs = result["runs"]
     assert [run["early_exit_weight"] for run in runs.values()] == [0.3, 0.0]

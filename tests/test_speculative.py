@@ -270,6 +270,28 @@ def test_a_drafter_proposing_too_much_is_explained(tiny_llama):
         speculative_generate(tiny_llama, Greedy(), torch.tensor([[3]]), gamma=2, max_new_tokens=4)
 
 
+def test_a_drafter_claiming_both_target_capabilities_is_refused(tiny_llama):
+    class Both(Drafter):
+        wants_target_hidden = shares_target_cache = True
+
+        def propose(self, sequence, k, sampling, generator):
+            return Draft.empty()
+
+    with pytest.raises(ConfigError, match="both wants_target_hidden and shares_target_cache"):
+        speculative_generate(tiny_llama, Both(), torch.tensor([[3]]), gamma=2, max_new_tokens=4)
+
+
+def test_a_capability_without_its_method_is_explained(tiny_llama):
+    class ForgetsToObserve(Drafter):
+        wants_target_hidden = True
+
+        def propose(self, sequence, k, sampling, generator):
+            return Draft.empty()
+
+    with pytest.raises(NotImplementedError, match="no observe_target"):
+        speculative_generate(tiny_llama, ForgetsToObserve(), torch.tensor([[3]]), gamma=2, max_new_tokens=4)
+
+
 @pytest.fixture
 def target_with_eos(tiny_llama, references):
     """A copy of the tiny target whose generation config names its greedy token at index 3 as EOS."""

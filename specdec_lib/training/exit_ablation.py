@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 from ..baseline import autoregressive_generate
+from ..devices import torch_threads
 from ..drafters.early_exit import EarlyExitDrafter
 from ..models import load_embedded
 from ..paths import REPO_DATA_DIR
@@ -96,12 +97,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=REPO_DATA_DIR / "models" / ABLATION_FILE)
     parser.add_argument("--quick", action="store_true", help="tiny models on a corpus slice (seconds; for tests)")
     args = parser.parse_args(argv)
-    torch.set_num_threads(2)
     started = time.perf_counter()
-    if args.quick:
-        result = run_ablation(QUICK, max_files=12, prompts=2, new_tokens=8, gamma=2)
-    else:
-        result = run_ablation(WITH_LOSS)
+    with torch_threads(2):
+        if args.quick:
+            result = run_ablation(QUICK, max_files=12, prompts=2, new_tokens=8, gamma=2)
+        else:
+            result = run_ablation(WITH_LOSS)
     result["total_seconds"] = round(time.perf_counter() - started, 1)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")

@@ -32,6 +32,7 @@ import torch
 import torch.nn.functional as F
 from transformers import PreTrainedModel
 
+from ..devices import torch_threads
 from ..drafters.eagle import EagleDrafter, EagleModule, eagle_architecture
 from ..drafters.eagle import KIND as EAGLE_KIND
 from ..drafters.frozen_target import WEIGHTS_FILE, save_drafter, target_fingerprint
@@ -187,12 +188,8 @@ def train_heads(spec: HeadsSpec, out_dir: Path, target_folder: Path) -> dict[str
 
     Returns the two training reports (also written beside the weights). Runs on ``spec.threads`` threads (the
     caller's setting is restored afterwards)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(spec.threads)
-    try:
+    with torch_threads(spec.threads):
         return _train_both(spec, Path(out_dir), Path(target_folder))
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _train_both(spec: HeadsSpec, out_dir: Path, target_folder: Path) -> dict[str, dict]:
