@@ -123,6 +123,20 @@ def _check_draft_ids(draft_tokens: torch.Tensor, target_vocab: int) -> None:
         )
 
 
+def _verification_forward(target: PreTrainedModel, drafter: Drafter, step_input: torch.Tensor, cache,
+                          shares_cache: bool, wants_hidden: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The target's forward over ``step_input: [1, 1 + k']`` (the last committed token and the drafts): logits
+    ``[1 + k', V]``, and the hidden states ``[1, 1 + k', D]`` for a ``wants_hidden`` drafter (else None). A
+    ``shares_cache`` drafter (early exit) runs it itself: only the layers its drafts have not been through."""
+    keep = step_input.shape[1]
+    if shares_cache:
+        return drafter.target_forward(step_input, cache, keep)[0], None
+    if wants_hidden:
+        logits, hidden = forward_with_cache(target, step_input, cache, logits_to_keep=keep, return_hidden=True)
+        return logits[0], hidden
+    return forward_with_cache(target, step_input, cache, logits_to_keep=keep)[0], None
+
+
 def first_stop(tokens: list[int], stop_ids: frozenset[int]) -> int | None:
     """Index of the first stop id in ``tokens`` (None: there is none)."""
     return next((i for i, token in enumerate(tokens) if token in stop_ids), None)
@@ -241,13 +255,7 @@ def speculative_generate(
 
             sequence[0, length : length + drafted] = draft_tokens
             step_input = sequence[:, length - 1 : length + drafted]  # [1, 1 + k']: last committed token + drafts
-            if shares_cache:  # early exit: only the layers the drafts have not been through
-                logits = drafter.target_forward(step_input, cache, drafted + 1)[0]  # [k' + 1, V]
-            else:
-                logits = forward_with_cache(target, step_input, cache, logits_to_keep=drafted + 1,
-                                            return_hidden=wants_hidden)
-                logits, hidden = logits if wants_hidden else (logits, None)
-                logits = logits[0]  # [k' + 1, V]
+            logits, hidden = _verification_forward(target, drafter, step_input, cache, shares_cache, wants_hidden)
             if record_memory:
                 trace.note_kv_bytes("target", cache_bytes(cache).allocated)  # the peak: drafts in, before rollback
             verdict = _verify(logits, draft_tokens, draft.probs, sampling, generator, verification, lenience)

@@ -96,8 +96,12 @@ class HFGenerate(Method):
         input_ids = input_ids.to(self.target.device)
         _seed_transformers(self.spec, seed)
         with _swapped_generation_config(self.target, self._target_config):
-            output = self.target.generate(input_ids, **_hf_generate_kwargs(input_ids, self.spec))
+            output = self.target.generate(input_ids, **self._extra_kwargs(), **_hf_generate_kwargs(input_ids, self.spec))
         return output[0, input_ids.shape[1] :].tolist(), None
+
+    def _extra_kwargs(self) -> dict:
+        """More ``generate`` arguments for the subclasses that draft inside ``generate`` (none here)."""
+        return {}
 
 
 def _config_for(model: PreTrainedModel, spec: GenerationSpec, **changes: object):
@@ -204,31 +208,25 @@ class HFAssistedCross(HFAssisted):
         return {"tokenizer": self.target_tokenizer, "assistant_tokenizer": self.draft_tokenizer}
 
 
-class HFPromptLookup(Method):
+class HFPromptLookup(HFGenerate):
     """transformers' prompt lookup, ``target.generate(prompt_lookup_num_tokens=gamma)`` (row ``hf-prompt-lookup``):
     its `PromptLookupCandidateGenerator` copies up to gamma tokens after the first earlier match of the last
     1 .. ``max_matching_ngram_size`` tokens (longest n first; transformers' default 2). No draft model: forward
     counts see only the target."""
 
     # its drafts are no model's forwards: tokens per target forward only (no acceptance rate, no alpha)
-    name, source, draft_role, counts_acceptance = HF_PROMPT_LOOKUP, "forward counts", "none", False
+    name, draft_role, counts_acceptance = HF_PROMPT_LOOKUP, "none", False
 
     def __init__(self, target: PreTrainedModel, gamma: int, spec: GenerationSpec, max_ngram: int = 2) -> None:
         check_gamma(gamma)
-        self.target, self.gamma, self.spec, self.max_ngram = target, gamma, spec, max_ngram
-        self._target_config = _config_for(target, spec)
+        super().__init__(target, spec)
+        self.name, self.gamma, self.max_ngram = HF_PROMPT_LOOKUP, gamma, max_ngram
 
-    def generate(self, input_ids: torch.Tensor, seed: int | None = None) -> tuple[list[int], GenerationResult | None]:
-        input_ids = input_ids.to(self.target.device)
-        _seed_transformers(self.spec, seed)
-        with _swapped_generation_config(self.target, self._target_config):
-            output = self.target.generate(input_ids, prompt_lookup_num_tokens=self.gamma,
-                                          max_matching_ngram_size=self.max_ngram,
-                                          **_hf_generate_kwargs(input_ids, self.spec))
-        return output[0, input_ids.shape[1] :].tolist(), None
+    def _extra_kwargs(self) -> dict:
+        return {"prompt_lookup_num_tokens": self.gamma, "max_matching_ngram_size": self.max_ngram}
 
 
-class HFEarlyExit(Method):
+class HFEarlyExit(HFGenerate):
     """transformers' self-speculative decoding, ``target.generate(assistant_early_exit=E)`` (row ``hf-early-exit``):
     its `EarlyExitCandidateGenerator` drafts gamma tokens with the first E layers (it shrinks
     ``config.num_hidden_layers`` around the assistant's own ``generate``), sharing the *weights* with the target
@@ -236,17 +234,13 @@ class HFEarlyExit(Method):
     hf-assisted (`assistant_config` on the target's own generation config)."""
 
     # the target's forward count includes the drafting passes: speed only, no acceptance numbers
-    name, source, draft_role, counts_rounds, counts_acceptance = HF_EARLY_EXIT, "forward counts", "none", False, False
+    name, draft_role, counts_rounds, counts_acceptance = HF_EARLY_EXIT, "none", False, False
 
     def __init__(self, target: PreTrainedModel, exit_layer: int, gamma: int, spec: GenerationSpec) -> None:
         check_gamma(gamma)
-        self.target, self.exit_layer, self.gamma, self.spec = target, exit_layer, gamma, spec
+        super().__init__(target, spec)
+        self.name, self.exit_layer, self.gamma = HF_EARLY_EXIT, exit_layer, gamma
         self._target_config = assistant_config(target, gamma, spec)
 
-    def generate(self, input_ids: torch.Tensor, seed: int | None = None) -> tuple[list[int], GenerationResult | None]:
-        input_ids = input_ids.to(self.target.device)
-        _seed_transformers(self.spec, seed)
-        with _swapped_generation_config(self.target, self._target_config):
-            output = self.target.generate(input_ids, assistant_early_exit=self.exit_layer,
-                                          **_hf_generate_kwargs(input_ids, self.spec))
-        return output[0, input_ids.shape[1] :].tolist(), None
+    def _extra_kwargs(self) -> dict:
+        return {"assistant_early_exit": self.exit_layer}

@@ -58,6 +58,7 @@ class EarlyExitDrafter(Drafter):
             )
         self.target = target
         self.exit_layer = exit_layer
+        self.num_layers = layers  # L: the verification runs layers exit_layer .. L - 1
         self.name = f"early-exit@{exit_layer}"
         self._cache: Cache | None = None
         self._shallow: list[torch.Tensor] = []  # layer-E outputs [1, 1, D] of this round's drafted positions
@@ -131,5 +132,5 @@ class EarlyExitDrafter(Drafter):
             shallow = shallow + [run_layers(self.target, embed(self.target, step_input[:, fed:]), cache, 0,
                                             self.exit_layer)]
         self._shallow = []
-        hidden = run_layers(self.target, torch.cat(shallow, dim=1), cache, self.exit_layer, num_layers(self.target))
+        hidden = run_layers(self.target, torch.cat(shallow, dim=1), cache, self.exit_layer, self.num_layers)
         return lm_head_logits(self.target, hidden[:, -logits_to_keep:])  # [1, logits_to_keep, V]
