@@ -13,10 +13,17 @@ drafts ``gamma`` tokens, and one draft forward costs ``c`` target forwards (``c 
 
       speedup = (1 - alpha^(gamma+1)) / ((1 - alpha) * (gamma * c + 1))
 
-This ignores the (small, measurable) extra cost of verifying ``gamma + 1`` positions instead of one.
+Leviathan's model prices the verification forward at 1, the cost of a one-token forward. It is not: on a CPU a
+forward over ``gamma + 1`` positions costs 1.15-1.5 times a one-token one (more arithmetic per weight read), on a
+GPU close to 1 until the batch fills the chip. ``verify_cost`` (``v``, that ratio, measured) puts it back:
+
+      speedup = (1 - alpha^(gamma+1)) / ((1 - alpha) * (gamma * c + v))
+
+and `optimal_gamma` takes one measured ``v`` per gamma. `measured_verify_cost` in the bench measures it.
 """
 
 import math
+from collections.abc import Sequence
 
 from .errors import ConfigError
 
@@ -29,6 +36,15 @@ def _check_alpha(alpha: float) -> None:
 def _check_gamma(gamma: int, name: str = "gamma") -> None:
     if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 0:
         raise ConfigError(f"{name} (the number of draft tokens per round) must be an integer >= 0, got {gamma!r}.")
+
+
+def _check_verify_cost(v: float) -> None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+        raise ConfigError(
+            f"verify_cost (the cost of the (gamma + 1)-token verification forward relative to a one-token target "
+            f"forward) must be a finite number > 0, got {v!r}. 1 is Leviathan's assumption; measure it (1.2 is "
+            "typical on a CPU)."
+        )
 
 
 def _check_cost_ratio(c: float) -> None:
@@ -51,24 +67,36 @@ def expected_tokens_per_round(alpha: float, gamma: int) -> float:
     return (1 - alpha ** (gamma + 1)) / (1 - alpha)
 
 
-def expected_speedup(alpha: float, gamma: int, c: float) -> float:
-    """``speedup = (1 - alpha^(gamma+1)) / ((1 - alpha) * (gamma * c + 1))``: tokens per round over round cost.
+def expected_speedup(alpha: float, gamma: int, c: float, verify_cost: float = 1.0) -> float:
+    """``speedup = (1 - alpha^(gamma+1)) / ((1 - alpha) * (gamma * c + v))``: tokens per round over round cost.
 
-    Above 1 means speculative decoding is faster than the target alone; ``gamma = 0`` gives exactly 1.
+    ``verify_cost`` ``v``: the verification forward over ``gamma + 1`` positions in one-token target forwards (1,
+    the default, is Leviathan's model). Above 1 means speculative decoding is faster than the target alone;
+    ``gamma = 0`` gives exactly 1 (with ``v = 1``).
     """
     _check_cost_ratio(c)
-    return expected_tokens_per_round(alpha, gamma) / (gamma * c + 1)
+    _check_verify_cost(verify_cost)
+    return expected_tokens_per_round(alpha, gamma) / (gamma * c + verify_cost)
 
 
-def optimal_gamma(alpha: float, c: float, max_gamma: int = 16) -> int:
+def optimal_gamma(alpha: float, c: float, max_gamma: int = 16, verify_costs: Sequence[float] | None = None) -> int:
     """The ``gamma`` in ``0 .. max_gamma`` with the largest `expected_speedup` (the smallest one on ties).
 
-    0 means drafting does not pay at this acceptance rate and cost ratio: decode with the target alone.
+    ``verify_costs``: ``v`` for each gamma ``0 .. max_gamma`` (``verify_costs[0]`` is 1: a one-token forward);
+    None prices every verification at 1. 0 means drafting does not pay at this acceptance rate and cost ratio:
+    decode with the target alone.
     """
     _check_alpha(alpha)
     _check_cost_ratio(c)
     _check_gamma(max_gamma, "max_gamma")
-    speedups = [expected_speedup(alpha, gamma, c) for gamma in range(max_gamma + 1)]
+    if verify_costs is None:
+        verify_costs = [1.0] * (max_gamma + 1)
+    if len(verify_costs) != max_gamma + 1:
+        raise ConfigError(
+            f"verify_costs needs one cost per gamma 0 .. max_gamma = {max_gamma} ({max_gamma + 1} numbers), got "
+            f"{len(verify_costs)}."
+        )
+    speedups = [expected_speedup(alpha, gamma, c, v) for gamma, v in zip(range(max_gamma + 1), verify_costs)]
     return speedups.index(max(speedups))
 
 

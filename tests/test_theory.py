@@ -84,3 +84,16 @@ def test_bad_inversion_inputs_are_explained():
         alpha_from_tokens_per_round(1.0, 0)
     with pytest.raises(ConfigError, match="max_gamma"):
         optimal_gamma(0.5, 0.1, max_gamma=-1)
+
+
+def test_the_verify_cost_term_prices_the_verification_forward():
+    # v = 1 is Leviathan's model; a dearer verification lowers the speed-up by exactly the round cost's ratio
+    assert expected_speedup(0.8, 4, 0.1, verify_cost=1.0) == expected_speedup(0.8, 4, 0.1)
+    assert expected_speedup(0.8, 4, 0.1, verify_cost=1.3) == pytest.approx(0.67232 / 0.2 / 1.7)
+    # a verification that grows with the block moves the best gamma down
+    costs = [1.0] + [1.0 + 0.15 * g for g in range(1, 17)]
+    assert optimal_gamma(0.8, 0.05, verify_costs=costs) < optimal_gamma(0.8, 0.05)
+    with pytest.raises(ConfigError, match="verify_cost"):
+        expected_speedup(0.8, 4, 0.1, verify_cost=0)
+    with pytest.raises(ConfigError, match="one cost per gamma"):
+        optimal_gamma(0.8, 0.1, max_gamma=4, verify_costs=[1.0, 1.1])

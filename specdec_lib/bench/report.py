@@ -15,6 +15,10 @@ rounds of every prompt pooled into one `Trace` (`pooled_trace`) and read by the 
   prefill excluded). It is measured in the same interleaved runs, so it sees the same machine load;
 - **predicted** is `theory.expected_speedup(alpha, gamma, c)`. measured / predicted below 1 is the cost the model
   ignores: verifying gamma + 1 positions costs more than one, and Python bookkeeping;
+- **verify_cost** (JSON details) is that first cost, measured the same way: the median ``verify_time`` of our rounds
+  that verified a full draft of gamma tokens, over the baseline's median one-token round. ``predicted_with_verify``
+  is `theory.expected_speedup(alpha, gamma, c, verify_cost)` and ``measured_over_predicted_with_verify`` the
+  measured speed-up over it: what is left is bookkeeping and the deviation of real acceptance from i.i.d.;
 - **over_lean** (``speculative`` only, greedy): per repeat, our seconds over the ``lean`` loop's seconds at the same
   gamma (all prompts), median over repeats: what the library's loop costs above the bare algorithm.
 - **over_transformers** (``speculative`` and ``speculative-cross``): per repeat, transformers' assisted generation's
@@ -186,7 +190,19 @@ def _draft_token_seconds(runs: list[list[Run]]) -> float | None:
     return _median(times)
 
 
-#: Our rows and the transformers row that runs the same drafter (``over_transformers``).
+def _verify_seconds(runs: list[list[Run]], gamma: int) -> float | None:
+    """Median ``verify_time`` of our rounds that verified a full draft of ``gamma`` tokens (None: no such round)."""
+    times = [
+        record.verify_time
+        for repeat in runs
+        for run in repeat
+        if run.result
+        for record in run.result.trace.rounds
+        if record.kind != "prefill" and record.drafted == gamma
+    ]
+    return _median(times)
+
+
 #: transformers' version of each of our rows (by row name), compared at the same gamma (``over_transformers``);
 #: the drafter names are `specdec_lib.bench.drafters`' rows.
 TRANSFORMERS_TWIN = {SPECULATIVE: HF_ASSISTED, SPECULATIVE_CROSS: HF_ASSISTED_CROSS, "draft-model": HF_ASSISTED,
@@ -244,13 +260,18 @@ def build_report(measurements: Measurements) -> Report:
             numbers = _count_numbers(warm, measurements.forward_counts[method.key], method)
         alpha = numbers["alpha"]
 
-        c = predicted = None
-        if method.source == "trace" and method.gamma is not None:
+        c = predicted = verify_cost = predicted_with_verify = None
+        if method.source == "trace" and method.gamma is not None and target_seconds:
             draft_seconds = _draft_token_seconds(timed)
-            if draft_seconds is not None and target_seconds:
+            if draft_seconds is not None:
                 c = draft_seconds / target_seconds
+            verify_seconds = _verify_seconds(timed, method.gamma)
+            if verify_seconds is not None:
+                verify_cost = verify_seconds / target_seconds
         if alpha is not None and c:
             predicted = expected_speedup(alpha, method.gamma, c)
+            if verify_cost:
+                predicted_with_verify = expected_speedup(alpha, method.gamma, c, verify_cost)
         speedup = _median(ratios)
         over_lean = _over_lean(measurements, method)
         over_transformers = _over_transformers(measurements, method)
@@ -274,6 +295,10 @@ def build_report(measurements: Measurements) -> Report:
                 "counts_from": method.source,
                 "alpha_from": numbers["alpha_from"] if alpha is not None else None,
                 "per_position_acceptance": numbers["per_position_acceptance"],
+                "verify_cost": verify_cost,
+                "predicted_with_verify": predicted_with_verify,
+                "measured_over_predicted_with_verify": (
+                    speedup / predicted_with_verify if speedup is not None and predicted_with_verify else None),
                 "tokens_per_target_forward": numbers["tokens_per_target_forward"],
                 "over_lean": None if over_lean is None else _median(over_lean),
                 "over_lean_per_repeat": over_lean,

@@ -25,3 +25,6 @@ __all__ += ["HeadsDrafter", "MedusaHeads", "load_heads"]
 from .eagle import EagleDrafter, EagleModule, load_eagle
 
 __all__ += ["EagleDrafter", "EagleModule", "load_eagle"]
+from .schedules import ConfidenceStop, CostAwareStop, DraftStopRule, HeuristicSchedule
+
+__all__ += ["ConfidenceStop", "CostAwareStop", "DraftStopRule", "HeuristicSchedule"]

@@ -21,6 +21,7 @@ from ..sampling import SamplingConfig, logits_to_probs, sample_token
 from ..vocab import require_same_tokenizer, require_vocab_covers
 from .base import Draft, Drafter
 from .cached_model import CachedModel
+from .schedules import DraftStopRule
 
 
 class DraftModelDrafter(Drafter):
@@ -47,7 +48,12 @@ class DraftModelDrafter(Drafter):
         draft_tokenizer: PreTrainedTokenizerBase | None = None,
         target_tokenizer: PreTrainedTokenizerBase | None = None,
         cache_kind: str = "dynamic",
+        stop_rule: DraftStopRule | None = None,
     ) -> None:
+        if stop_rule is not None and not callable(getattr(stop_rule, "should_stop", None)):
+            raise ConfigError(
+                f"stop_rule must be a DraftStopRule (e.g. ConfidenceStop(0.4)) or None, got {type(stop_rule).__name__}."
+            )
         if (draft_tokenizer is None) != (target_tokenizer is None):
             raise ConfigError(
                 "Pass both draft_tokenizer and target_tokenizer to have the pair checked, or neither."
@@ -56,6 +62,9 @@ class DraftModelDrafter(Drafter):
             require_same_tokenizer(target_tokenizer, draft_tokenizer)
             require_vocab_covers(model, target_tokenizer, role="draft")
         self.model = model
+        self.stop_rule = stop_rule  # None: always draft k tokens; else may stop a round early (drafters.schedules)
+        if stop_rule is not None:
+            self.name = f"draft-model+{stop_rule.name}"
         self.vocab_size = model.get_input_embeddings().num_embeddings  # ids the draft model can read
         self.state = CachedModel(model, cache_kind)  # its cache is allocated by `begin`, sized to the generation
         self.target_vocab_size = self.vocab_size
@@ -99,7 +108,9 @@ class DraftModelDrafter(Drafter):
         from ``logits_to_probs(logits, sampling)`` with ``generator`` (those rows, over the target's ids, are
         ``probs``).
 
-        Fewer than ``k`` only when the draft model's context would overflow (then possibly 0).
+        Fewer than ``k`` when the ``stop_rule`` stops the round early (after the token whose confidence, its
+        probability under the draft, made it stop), or when the draft model's context would overflow (then
+        possibly 0). A stop rule reads one number per drafted token back to the host.
         """
         context = sequence[0].to(self.model.device)
         pending = self.state.sync(context)  # [P], P >= 1: what the cache lacks
@@ -113,17 +124,24 @@ class DraftModelDrafter(Drafter):
         kept = min(self.vocab_size, self.target_vocab_size)  # ids both models have: draft-only ids get no mass
         tokens: list[torch.Tensor] = []  # k' x LongTensor[] (scalars, left on the device)
         rows: list[torch.Tensor] = []  # k' x FloatTensor[V] (sampling only)
+        confidences: list[float] = []  # the draft's probability of each of its tokens (stop rules only)
         step_input = pending
         for _ in range(k):
             logits = self.state.feed(step_input)[:kept]  # [V_kept]
             if sampling.is_greedy:
                 token = logits.argmax()  # a point mass: no q row to build
+                probs = None
             else:
                 probs = logits_to_probs(logits, sampling)  # [V_kept] the q this token is drawn from
                 token = sample_token(probs, generator)
                 rows.append(self._over_target_ids(probs))
             tokens.append(token)
             step_input = token.view(1)
+            if self.stop_rule is not None:
+                confidence = torch.softmax(logits, -1)[token] if probs is None else probs[token]
+                confidences.append(float(confidence))
+                if self.stop_rule.should_stop(confidences):
+                    break
         if not tokens:
             return Draft.empty(self.model.device)
         probs = torch.stack(rows) if rows else None
