@@ -6,6 +6,11 @@
     python -m specdec_lib bench --cross --gammas 2,4             # + the cross-tokenizer draft (draft_b) rows
     python -m specdec_lib bench --no-eos                         # every method generates exactly max-new-tokens
 
+The other suites run as ``python -m specdec_lib bench SUITE [ARGS...]`` (`SUITES`; ``SUITE --help`` for each):
+``drafters`` (every drafter by task type), ``tuning`` (gamma sweep and adaptive draft length by task type),
+``batches`` (batch sizes 1-16, disable-by-batch-size), ``serve`` (a load test against ``transformers serve``),
+``trees`` (token trees), ``plots`` (the figures of the tuning, batch and serve JSON files).
+
 One row per method (and draft length gamma), all on the same prompts, the same pair, the same stopping rule and
 the same decoding: our autoregressive baseline, transformers' plain ``generate``, our speculative decoding, the
 ``lean`` reference loop (greedy; "ours / lean" under the table is what our loop costs above the bare algorithm)
@@ -347,7 +352,18 @@ def _fail(message: str) -> int:
     return 1
 
 
+#: ``python -m specdec_lib bench SUITE ...`` -> the module whose ``main(argv)`` runs that suite.
+SUITES = {"drafters": "specdec_lib.bench.drafters", "tuning": "specdec_lib.bench.tuning",
+          "batches": "specdec_lib.bench.batches", "serve": "specdec_lib.bench.serve",
+          "trees": "specdec_lib.bench.trees", "plots": "specdec_lib.bench.plots"}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in SUITES:
+        import importlib
+
+        return int(importlib.import_module(SUITES[argv[0]]).main(argv[1:]) or 0)
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -94,12 +94,13 @@ DEFAULT_TASKS = TASKS
 
 
 def build_task_methods(pair: ModelPair, cross: ModelPair, gammas: dict[str, Sequence[int]],
-                       spec: GenerationSpec, transformers: bool = True) -> list[Method]:
-    """The baseline, then per drafter its rows at each gamma and (``transformers``) its twin at the first gamma
-    (one gamma is enough for the side-by-side ratio)."""
+                       spec: GenerationSpec, transformers: bool = True,
+                       registry: dict[str, DrafterRow] = DRAFTERS) -> list[Method]:
+    """The baseline, then per drafter (a name of ``registry``) its rows at each gamma and (``transformers``) its
+    twin at the first gamma (one gamma is enough for the side-by-side ratio)."""
     methods: list[Method] = [Autoregressive(pair.target, spec)]
     for name, row_gammas in gammas.items():
-        row = DRAFTERS[name]
+        row = registry[name]
         drafter = row.build(pair, cross)
         methods += [DrafterSpeculative(name, pair.target, drafter, gamma, spec) for gamma in row_gammas]
         if transformers and row.twin is not None:
@@ -131,13 +132,22 @@ ROW_KEYS = ("method", "gamma", "speedup", "tokens_per_s", "alpha", "acceptance_r
             "tokens_per_target_forward", "over_transformers", "identical")
 
 
+def measure_task(pair: ModelPair, cross: ModelPair, prompt_ids: Sequence[torch.Tensor],
+                 gammas: dict[str, Sequence[int]], *, max_new_tokens: int, repeats: int, transformers: bool = True,
+                 progress: bool = True, registry: dict[str, DrafterRow] = DRAFTERS) -> tuple[list[Method], Measurements]:
+    """Build one task's methods (`build_task_methods`) and measure them on its prompts (the bench protocol)."""
+    spec = GenerationSpec(max_new_tokens, resolve_eos(pair), pair.target_tokenizer.pad_token_id)
+    methods = build_task_methods(pair, cross, gammas, spec, transformers, registry)
+    measurements = measure(methods, prompt_ids, repeats=repeats, device=pair.target.device, progress=progress,
+                           count_models={"target": pair.target, "draft": pair.draft})
+    return methods, measurements
+
+
 def task_rows(pair: ModelPair, cross: ModelPair, prompt_ids: Sequence[torch.Tensor], gammas: dict[str, Sequence[int]],
               *, max_new_tokens: int, repeats: int, transformers: bool = True, progress: bool = True) -> list[dict]:
     """Measure every method on one task's prompts; one dict per row (`ROW_KEYS` plus ``buckets``)."""
-    spec = GenerationSpec(max_new_tokens, resolve_eos(pair), pair.target_tokenizer.pad_token_id)
-    methods = build_task_methods(pair, cross, gammas, spec, transformers)
-    measurements = measure(methods, prompt_ids, repeats=repeats, device=pair.target.device, progress=progress,
-                           count_models={"target": pair.target, "draft": pair.draft})
+    methods, measurements = measure_task(pair, cross, prompt_ids, gammas, max_new_tokens=max_new_tokens,
+                                         repeats=repeats, transformers=transformers, progress=progress)
     buckets = length_buckets(prompt_ids)
     rows = []
     for method, row in zip(methods, build_report(measurements).rows):
