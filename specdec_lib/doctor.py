@@ -36,7 +36,7 @@ COURSE_MODULES = (
     ("matplotlib", "course"),
     ("nbval", "dev"),
 )
-FIX_INSTALL = "pip install -e \".[course,dev]\""
+FIX_INSTALL = "pip install -e \".[course,dev,serve]\""
 
 
 @dataclass(frozen=True)

@@ -132,7 +132,7 @@ def test_course_tools_missing_module_fails_with_the_pip_command(monkeypatch):
     result = doctor.check_course_tools((("json", "course"), ("nbval", "dev")))
     assert not result.ok
     assert "nbval" in result.detail
-    assert 'pip install -e ".[course,dev]"' in result.detail
+    assert 'pip install -e ".[course,dev,serve]"' in result.detail
 
 
 def test_course_tools_all_present():
