@@ -187,6 +187,13 @@ def speculative_generate(
 
     ``cache_kind`` chooses the target's cache (see `specdec_lib.kv_cache.new_cache`): ``"dynamic"`` or
     ``"preallocated"`` (sized to prompt + max_new_tokens + gamma + 1 positions); the tokens are the same.
+    Host synchronisations (what a GPU waits for) per round: one for timing, just before the verification
+    forward, so that the trace can tell drafting from verifying time (the other clock reads follow a read-back
+    and do not wait); one to read the verdict (greedy: a single transfer of the accepted count and the target's
+    choices); one more to read the emitted tokens when stop ids are set; one for the range check of the draft ids,
+    skipped for drafters whose ids are the target's by construction (``proposes_target_ids``). Drafters and
+    sampling verification add their own (a stop rule reads one number per drafted token).
+
     ``record_memory=True`` also measures, after every forward, the bytes the target's KV cache (``"target"``) and
     the drafter's (``"draft"``, for drafters exposing a ``cache``) allocate, keeping the peaks in
     ``trace.peak_kv_bytes``; it is off by default because it walks every cache layer twice a round.
@@ -205,6 +212,7 @@ def speculative_generate(
     readable_ids = target.get_input_embeddings().num_embeddings  # ids the target's embedding table can read
     max_positions = context_length(target)
     cache_positions = min(total_length + gamma + 1, max_positions)
+    trusted_ids = getattr(drafter, "proposes_target_ids", False) and target_vocab <= readable_ids
 
     with torch.inference_mode():
         # the committed tokens live in one buffer: `sequence[:, :length]` is a view (no copy per round), and each
@@ -243,15 +251,16 @@ def speculative_generate(
             # k drafts + 1 recovered/bonus token must fit in `remaining`; the forward reaches position L + k - 1
             k = min(gamma, remaining - 1, max_positions - length)
 
-            round_start = trace.elapsed(device)
+            round_start = now  # the previous round's end: one clock read (and no wait) fewer per round
             draft = drafter.propose(sequence[:, :length], k, sampling, generator) if k > 0 else Draft.empty(device)
             check_draft(draft, k)
             drafted = len(draft)
             draft_tokens = draft.tokens.to(device)  # LongTensor[k'], k' <= k
-            _check_draft_ids(draft_tokens, readable_ids)
+            if not trusted_ids:
+                _check_draft_ids(draft_tokens, readable_ids)
             if record_memory and getattr(drafter, "cache", None) is not None:
                 trace.note_kv_bytes("draft", cache_bytes(drafter.cache).allocated)
-            verify_start = trace.elapsed(device)
+            verify_start = trace.elapsed(device)  # the round's one wait for the device: drafting ends here
 
             sequence[0, length : length + drafted] = draft_tokens
             step_input = sequence[:, length - 1 : length + drafted]  # [1, 1 + k']: last committed token + drafts
@@ -269,13 +278,13 @@ def speculative_generate(
                     emitted, finished = stop + 1, True
             length += emitted  # never past total_length: k <= remaining - 1
             crop_cache(cache, length - 1)  # drop rejected drafts; the last token is fed next round
-            verify_end = trace.elapsed(device)
+            verify_end = trace.elapsed(device, wait=False)  # the verdict was just read back: the forward is done
 
             if wants_hidden:
                 drafter.observe_target(hidden[0, :emitted])  # [emitted, D]: the inputs whose outputs were kept
 
             drafter.accept(length)
-            now = trace.elapsed(device)
+            now = trace.elapsed(device, wait=False)  # queued rollback work is counted in the next round's drafting
             record = RoundRecord(
                 drafted=drafted,
                 accepted=accepted,

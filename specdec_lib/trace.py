@@ -76,9 +76,14 @@ class Trace:
         synchronize(device)
         return cls(start_time=time.perf_counter())
 
-    def elapsed(self, device: torch.device | str) -> float:
-        """Seconds since the start, after waiting for ``device`` so GPU work is counted when it ends."""
-        synchronize(device)
+    def elapsed(self, device: torch.device | str, *, wait: bool = True) -> float:
+        """Seconds since the start, after waiting for ``device`` so GPU work is counted when it ends.
+
+        ``wait=False`` reads the clock without waiting: for a caller that has just read a result back to the host
+        (which already waited for the work it timed), to spare a host synchronisation; work queued since then is
+        counted in the next interval instead."""
+        if wait:
+            synchronize(device)
         return time.perf_counter() - self.start_time
 
     def add_round(self, record: RoundRecord, at: float) -> None:

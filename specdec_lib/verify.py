@@ -75,8 +75,10 @@ def verify_greedy(target_logits: torch.Tensor, draft_tokens: torch.Tensor) -> Ve
         )
     target_choice = target_logits.argmax(dim=-1)  # [k + 1]: t_i, the target's greedy token after d_1 .. d_i
     matches = draft_tokens.to(target_choice.device) == target_choice[:k]  # [k] bool
-    num_accepted = int(matches.long().cumprod(dim=0).sum())  # length of the all-True prefix
-    return VerifyResult(num_accepted, int(target_choice[num_accepted]), "recovered" if num_accepted < k else "bonus")
+    prefix = matches.long().cumprod(dim=0).sum()  # length of the all-True prefix
+    # one transfer to the host (one synchronisation on a GPU): the prefix length and every t_i
+    num_accepted, *choices = torch.cat([prefix.view(1), target_choice]).tolist()
+    return VerifyResult(num_accepted, choices[num_accepted], "recovered" if num_accepted < k else "bonus")
 
 
 # --------------------------------------------------------------------------------------------------------------

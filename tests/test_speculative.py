@@ -346,3 +346,28 @@ def test_rounds_record_which_token_the_target_added(tiny_llama, drafts):
     assert {"recovered", "bonus"} <= {record.kind for record in rounds}
     baseline = autoregressive_generate(tiny_llama, ids, max_new_tokens=4)
     assert [record.kind for record in baseline.trace.rounds] == ["prefill", "target", "target", "target"]
+
+
+def test_one_timing_wait_per_round_and_the_id_check_only_for_untrusted_drafters(tiny_llama, monkeypatch):
+    """On a GPU every wait for the device stalls the pipeline: the loop waits once per round for timing (before
+    the verification forward), and checks draft ids only for drafters that cannot vouch for them."""
+    import specdec_lib.speculative as speculative_module
+    import specdec_lib.trace as trace_module
+    from specdec_lib.drafters import DraftModelDrafter
+
+    waits, checks = [], []
+    monkeypatch.setattr(trace_module, "synchronize", lambda device: waits.append(device))
+    real_check = speculative_module._check_draft_ids
+    monkeypatch.setattr(speculative_module, "_check_draft_ids", lambda *a: checks.append(1) or real_check(*a))
+    prompt = torch.tensor([[0, 5, 17, 42, 3]])
+    result = speculative_generate(tiny_llama, DraftModelDrafter(tiny_llama), prompt, gamma=3, max_new_tokens=20)
+    rounds = len(result.trace.rounds) - 1  # verification rounds (the prefill is round 0)
+    assert rounds > 1
+    assert len(waits) == rounds + 3  # one per round, plus the start, the drafter's begin and the prefill
+    assert checks == []  # a draft model's ids are the target's by construction
+
+    class Untrusted(DraftModelDrafter):
+        proposes_target_ids = False
+
+    speculative_generate(tiny_llama, Untrusted(tiny_llama), prompt, gamma=3, max_new_tokens=20)
+    assert len(checks) == rounds  # same tokens, same rounds: one check per round

@@ -95,6 +95,10 @@ class Drafter(ABC):
 
     wants_target_hidden: bool = False
     shares_target_cache: bool = False
+    #: True when every proposed id is one the target can read by construction (copied from the sequence, or an
+    #: argmax / sample over at most the target's V logits): the loop then skips its range check of the draft ids,
+    #: which costs a host synchronisation per round on a GPU. False (the default): the loop checks.
+    proposes_target_ids: bool = False
 
     def observe_target(self, hidden: torch.Tensor) -> None:
         """(``wants_target_hidden`` drafters) ``hidden: [n, D]``: the target's last hidden states, after its final
@@ -156,6 +160,7 @@ class WrappedDrafter(Drafter):
     device = property(lambda self: getattr(self.inner, "device", None))  # type: ignore[assignment]
     wants_target_hidden = property(lambda self: getattr(self.inner, "wants_target_hidden", False))  # type: ignore[assignment]
     shares_target_cache = property(lambda self: getattr(self.inner, "shares_target_cache", False))  # type: ignore[assignment]
+    proposes_target_ids = property(lambda self: getattr(self.inner, "proposes_target_ids", False))  # type: ignore[assignment]
 
     def begin(self, input_ids: torch.Tensor, **limits) -> None:
         self.inner.begin(input_ids, **limits)

@@ -40,6 +40,7 @@ class DraftModelDrafter(Drafter):
     """
 
     name = "draft-model"
+    proposes_target_ids = True  # its logits are cut to the ids both models have before argmax or sampling
 
     def __init__(
         self,

@@ -125,6 +125,7 @@ class EagleDrafter(Drafter):
     """
 
     name = "eagle"
+    proposes_target_ids = True  # argmax or samples over the target's own LM head
     wants_target_hidden = True
 
     def __init__(self, module: EagleModule, cache_kind: str = "dynamic") -> None:

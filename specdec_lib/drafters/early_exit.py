@@ -40,6 +40,7 @@ class EarlyExitDrafter(Drafter):
     """
 
     name = "early-exit"
+    proposes_target_ids = True  # argmax or samples over the target's own LM head
     shares_target_cache = True
 
     def __init__(self, target: PreTrainedModel, exit_layer: int | None = None) -> None:

@@ -81,6 +81,7 @@ class HeadsDrafter(Drafter):
     """
 
     name = "medusa-heads"
+    proposes_target_ids = True  # argmax or samples over the target's own LM head
     wants_target_hidden = True
 
     def __init__(self, heads: MedusaHeads, target: PreTrainedModel) -> None:
