@@ -27,6 +27,7 @@ def test_the_tuning_sweep_predicts_from_its_own_measurements(tuning_document):
     assert {r["method"] for r in rows if "+" in r["method"]} == set(tuning.adaptive_registry(
         tuning_document["costs"]))
     assert all(r["identical"] is True for r in rows)  # greedy: every schedule emits the baseline's tokens
+    assert all(r["predicted_speedup"] is None for r in rows if "+" in r["method"])  # gamma is only their cap
     for row in (r for r in rows if r["method"] == "draft-model"):
         assert row["predicted_speedup"] == pytest.approx(expected_speedup(row["alpha"], row["gamma"], row["c"]))
         if row["verify_cost"] is not None:
@@ -93,3 +94,25 @@ def test_unknown_suite_options_are_refused_like_any_argparse_error(capsys):
         cli.main(["tuning", "--drafters", "nonsense"])
     assert exit_info.value.code == 2
     assert "choose from" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("marker, render", [("tuning-table", "tuning"), ("batches-table", "batches")])
+def test_the_readmes_tuning_and_batch_tables_are_generated_from_the_json_they_name(marker, render):
+    """Between <!-- MARKER: FILES --> and <!-- /MARKER --> the README holds exactly what `python -m specdec_lib
+    bench SUITE --table FILES` prints: no number typed by hand."""
+    import re
+    from pathlib import Path
+
+    from specdec_lib.bench.results_table import json_blocks
+
+    module = {"tuning": tuning, "batches": batches}[render]
+    markdown = {"tuning": tuning.tuning_markdown, "batches": batches.batches_markdown}[render]
+    root = Path(__file__).resolve().parent.parent
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    blocks = re.findall(rf"<!-- {marker}: (.+?) -->\n(.*?)\n<!-- /{marker} -->", readme, flags=re.S)
+    assert blocks, f"the README has no generated {marker}"
+    for names, body in blocks:
+        paths = [Path(name) for name in names.split()]
+        assert all((root / path).is_file() for path in paths), names
+        expected = json_blocks(paths, module.describe_document, markdown, root=root)
+        assert body.strip() == expected.strip(), f"regenerate the {marker} for {names}"

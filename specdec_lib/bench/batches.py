@@ -42,6 +42,7 @@ from ..training.measure import encode_prompts
 from .cli import machine_info, parse_gammas, write_json
 from .latency import latency_summary
 from .methods import resolve_eos
+from .results_table import json_blocks
 
 BATCH_SIZES = (1, 2, 4, 8, 16)
 BASELINE = "batched-autoregressive"
@@ -144,6 +145,31 @@ def format_rows(rows: Sequence[dict]) -> str:
     return "\n".join(lines)
 
 
+def describe_document(document: dict) -> str:
+    """One sentence: where and how a batches JSON document was measured, and the thresholds it chose."""
+    machine, settings = document["machine"], document["settings"]
+    thresholds = ", ".join(f"{name}: {value}" for name, value in document["thresholds"].items())
+    return (f"{machine['device']} on {machine['cpu_count']} CPUs ({machine['processor']}), torch {machine['torch']}; "
+            f"task {settings['task']}, {settings['max_new_tokens']} new tokens per row, {settings['repeats']} "
+            f"repeats, greedy; disable-by-batch-size thresholds {thresholds}")
+
+
+def batches_markdown(document: dict) -> str:
+    """A batches JSON document as a Markdown table: a row per method, per batch size its speed-up over plain
+    batched decoding and its ITL p95 in ms."""
+    sizes = document["settings"]["batch_sizes"]
+    methods = list(dict.fromkeys(row["method"] for row in document["rows"]))
+    head = ["method"] + [f"batch {size}: speed-up, ITL p95" for size in sizes]
+    lines = ["| " + " | ".join(head) + " |", "| " + " | ".join("---" for _ in head) + " |"]
+    for method in methods:
+        cells = [method]
+        for size in sizes:
+            row = next(r for r in document["rows"] if (r["method"], r["batch"]) == (method, size))
+            cells.append(f"{row['speedup']:.2f}x, {_ms(row['latency']['itl_p95_s'])} ms")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def batch_prompts(pair: ModelPair, task: str, count: int, device: torch.device) -> list[torch.Tensor]:
     """The first ``count`` prompts of ``task`` as LongTensor[1, T] (the list repeats when the set is smaller)."""
     texts = [p.prompt for p in load_prompts(task)]
@@ -162,7 +188,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (restored afterwards)")
     parser.add_argument("--json", type=Path, default=None, metavar="PATH")
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--table", type=Path, nargs="+", default=None, metavar="JSON",
+                        help="measure nothing: print these JSON files as the README's Markdown tables")
     args = parser.parse_args(argv)
+    if args.table:
+        print(json_blocks(args.table, describe_document, batches_markdown))
+        return 0
     with torch_threads(args.threads or torch.get_num_threads()):
         device = torch.device("cpu")
         pair = load_pair("embedded", device=device)

@@ -27,7 +27,6 @@ and those above), because acceptance depends on how much context there is to mat
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from collections.abc import Callable, Sequence
@@ -49,6 +48,7 @@ from .hf import HFAssisted, HFEarlyExit, HFPromptLookup
 from .methods import Autoregressive, GenerationSpec, Method, Speculative, resolve_eos
 from .protocol import Measurements, measure
 from .report import build_report, pooled_trace
+from .results_table import json_blocks
 
 
 class DrafterSpeculative(Speculative):
@@ -213,11 +213,7 @@ def drafters_markdown(document: dict) -> str:
 def tables_markdown(paths: Sequence[Path], root: Path | None = None) -> str:
     """For each JSON file (relative to ``root``, default the working directory): its run in one line, its table
     (what the README holds between ``<!-- drafters-table: FILES -->`` markers)."""
-    blocks = []
-    for path in paths:
-        document = json.loads((Path(root or ".") / path).read_text(encoding="utf-8"))
-        blocks.append(f"`{Path(path).as_posix()}`: {describe_document(document)}.\n\n{drafters_markdown(document)}")
-    return "\n\n".join(blocks)
+    return json_blocks(paths, describe_document, drafters_markdown, root)
 
 
 def parse_drafters(text: str) -> dict[str, tuple[int, ...]]:

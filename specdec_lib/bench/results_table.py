@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from .cli import COLUMNS, OPTIONAL_COLUMNS, describe_decoding, describe_eos, format_cell
@@ -49,13 +49,20 @@ def markdown_table(document: dict) -> str:
     return "\n".join(lines)
 
 
-def results_markdown(paths: Sequence[Path], root: Path | None = None) -> str:
-    """For each JSON file (relative to ``root``, default the working directory): its run in one line, its table."""
+def json_blocks(paths: Sequence[Path], describe: Callable[[dict], str], render: Callable[[dict], str],
+                root: Path | None = None) -> str:
+    """For each JSON file (relative to ``root``, default the working directory): `` `path`: describe(doc).``, a
+    blank line, ``render(doc)``; the README's generated blocks of every bench suite are made this way."""
     blocks = []
     for path in paths:
         document = json.loads((Path(root or ".") / path).read_text(encoding="utf-8"))
-        blocks.append(f"`{Path(path).as_posix()}`: {describe_run(document)}.\n\n{markdown_table(document)}")
+        blocks.append(f"`{Path(path).as_posix()}`: {describe(document)}.\n\n{render(document)}")
     return "\n\n".join(blocks)
+
+
+def results_markdown(paths: Sequence[Path], root: Path | None = None) -> str:
+    """For each JSON file (relative to ``root``, default the working directory): its run in one line, its table."""
+    return json_blocks(paths, describe_run, markdown_table, root)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -41,6 +41,7 @@ from .cli import load_cross_pair, machine_info, parse_gammas, write_json
 from .drafters import DRAFTERS, DrafterRow, measure_task
 from .latency import trace_latency
 from .report import build_report
+from .results_table import json_blocks
 
 SWEEP_DRAFTERS = ("draft-model", "prompt-lookup", "early-exit", "eagle")
 SWEEP_GAMMAS = (1, 2, 3, 4, 6, 8)
@@ -76,6 +77,16 @@ def adaptive_registry(costs: dict) -> dict[str, DrafterRow]:
     return {row.name: row for row in rows}
 
 
+PREDICTION_KEYS = ("predicted_speedup", "predicted_with_verify", "measured_over_predicted",
+                   "measured_over_predicted_with_verify", "verify_cost")
+
+
+def without_adaptive_predictions(row: dict) -> dict:
+    """``row`` with its predictions blanked when its draft length adapts (a ``+`` in the name): Leviathan's formula
+    assumes gamma drafts every round, which an adaptive row drafts only as a cap."""
+    return {**row, **{key: None for key in PREDICTION_KEYS}} if "+" in row["method"] else row
+
+
 def best_gammas(rows: Sequence[dict], drafter: str) -> dict:
     """For one drafter's sweep rows: the gamma with the best measured speed-up, and the one each prediction picks."""
     sweep = [row for row in rows if row["method"] == drafter and row["speedup"] is not None]
@@ -103,8 +114,8 @@ def sweep_task(pair: ModelPair, cross: ModelPair, prompt_ids: Sequence[torch.Ten
     rows = []
     for method, row in zip(methods, build_report(measurements).rows):
         traces = [run.result.trace for run in measurements.timed[method.key][0] if run.result is not None]
-        rows.append({**{key: row[key] for key in ROW_KEYS}, "method": method.name,
-                     "latency": trace_latency(traces) if traces else None})
+        rows.append(without_adaptive_predictions({**{key: row[key] for key in ROW_KEYS}, "method": method.name,
+                                                  "latency": trace_latency(traces) if traces else None}))
     return {"rows": rows, "best": {name: best_gammas(rows, name) for name in drafters}}
 
 
@@ -138,6 +149,32 @@ def format_task(task: str, result: dict) -> str:
     return "\n".join(lines)
 
 
+def describe_document(document: dict) -> str:
+    """One sentence: where and how a tuning JSON document was measured, and the forward costs it measured."""
+    machine, settings, costs = document["machine"], document["settings"], document["costs"]
+    return (f"{machine['device']} on {machine['cpu_count']} CPUs ({machine['processor']}), torch {machine['torch']}; "
+            f"{settings['prompts']} prompts per task x {settings['max_new_tokens']} new tokens, "
+            f"{settings['repeats']} timed repeats, greedy; c = {costs['c']:.3f}")
+
+
+def tuning_markdown(document: dict) -> str:
+    """A tuning JSON document as one Markdown table: a row per method and gamma; per task the measured speed-up,
+    Leviathan's prediction and the prediction with the measured verify cost, and tokens per target forward."""
+    tasks = document["tasks"]
+    first = next(iter(tasks.values()))["rows"]
+    head = ["method", "gamma"] + [f"{task}: speed-up (Leviathan / with v), tokens per forward" for task in tasks]
+    lines = ["| " + " | ".join(head) + " |", "| " + " | ".join("---" for _ in head) + " |"]
+    for method, gamma in [(row["method"], row["gamma"]) for row in first]:
+        cells = [method, "" if gamma is None else str(gamma)]
+        for result in tasks.values():
+            row = next(r for r in result["rows"] if (r["method"], r["gamma"]) == (method, gamma))
+            predictions = (f" ({_cell(row['predicted_speedup'])} / {_cell(row['predicted_with_verify'])})"
+                           if row["predicted_speedup"] is not None else "")
+            cells.append(f"{_cell(row['speedup'], suffix='x')}{predictions}, {_cell(row['tokens_per_target_forward'])}")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m specdec_lib bench tuning", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -152,6 +189,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (restored afterwards)")
     parser.add_argument("--json", type=Path, default=None, metavar="PATH")
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--table", type=Path, nargs="+", default=None, metavar="JSON",
+                        help="measure nothing: print these JSON files as the README's Markdown tables")
     return parser
 
 
@@ -166,6 +205,9 @@ def _names(text: str, allowed: Sequence[str], what: str, parser: argparse.Argume
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.table:
+        print(json_blocks(args.table, describe_document, tuning_markdown))
+        return 0
     drafters = _names(args.drafters, list(DRAFTERS), "drafters", parser)
     tasks = _names(args.tasks, TASKS, "tasks", parser)
     with torch_threads(args.threads or torch.get_num_threads()):

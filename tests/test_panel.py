@@ -1,0 +1,63 @@
+"""Notebook 06's tuning panel: its logic (`run_case`, `describe_case`, `plot_case`) and its wiring."""
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import pytest
+
+from specdec_lib import load_pair
+from specdec_lib.errors import ConfigError
+from specdec_lib.panel import PANEL_DRAFTERS, check_case, describe_case, plot_case, run_case, tuning_panel
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return load_pair("embedded", device="cpu")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("drafter", ["draft-model", "prompt-lookup", "early-exit", "eagle"])
+def test_a_greedy_case_is_token_identical_and_its_numbers_are_consistent(pair, drafter):
+    case = run_case(pair, drafter, "code", 3, prompts=1, max_new_tokens=12)
+    assert case.identical is True
+    assert len(case.per_position) == 3 and all(0 <= p <= 1 for p in case.per_position)
+    assert case.mean_acceptance_length is None or 1 <= case.mean_acceptance_length <= 4
+    assert case.speedup > 0
+    assert drafter in describe_case(case) and "identical to the target's" in describe_case(case)
+
+
+@pytest.mark.slow
+def test_a_sampled_case_is_reproducible_and_says_it_was_sampled(pair):
+    first = run_case(pair, "draft-model", "prose", 2, temperature=0.8, prompts=1, max_new_tokens=10, seed=3)
+    again = run_case(pair, "draft-model", "prose", 2, temperature=0.8, prompts=1, max_new_tokens=10, seed=3)
+    assert first.identical is None and "sampled" in describe_case(first)
+    assert (first.alpha, first.per_position) == (again.alpha, again.per_position)  # same seeds, same draws
+
+
+@pytest.mark.slow
+def test_the_plot_and_the_panel_render(pair):
+    case = run_case(pair, "draft-model", "code", 4, prompts=1, max_new_tokens=8)
+    left, right = plot_case(case)
+    assert len(left.patches) == 4  # one bar per draft position
+    assert right.get_title().startswith("speed-up")
+    panel = tuning_panel(pair, prompts=1, max_new_tokens=6)
+    (drafter, task), (gamma, temperature) = (box.children for box in panel.children[:2])
+    assert drafter.options == PANEL_DRAFTERS and gamma.max == 8 and not gamma.continuous_update
+    summary = panel.children[2]
+    assert "gamma=3" in summary.value  # the first case ran
+    gamma.value = 5  # a change re-runs
+    assert "gamma=5" in summary.value
+
+
+def test_bad_settings_are_explained():
+    with pytest.raises(ConfigError, match="the panel offers"):
+        check_case("cross-tokenizer", "code", 3, 0.0)
+    with pytest.raises(ConfigError, match="Unknown task"):
+        check_case("draft-model", "poetry", 3, 0.0)
+    with pytest.raises(ConfigError, match="gamma"):
+        check_case("draft-model", "code", 0, 0.0)
+    with pytest.raises(ConfigError, match="temperature"):
+        check_case("draft-model", "code", 3, -1.0)
+    assert check_case("draft-model", "code", 3, 0.0).is_greedy
+    assert check_case("draft-model", "code", 3, 0.7).temperature == 0.7
