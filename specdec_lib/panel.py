@@ -141,7 +141,6 @@ def tuning_panel(pair: ModelPair, *, prompts: int = 2, max_new_tokens: int = 32)
     case as an ordinary figure."""
     import ipywidgets as widgets
     import matplotlib.pyplot as plt
-    from IPython.display import display
 
     drafter = widgets.Dropdown(options=PANEL_DRAFTERS, value="draft-model", description="drafter")
     task = widgets.Dropdown(options=TASKS, value=TASKS[0], description="task")

@@ -39,7 +39,7 @@ from ..memory import kv_cache_bytes_at, weight_bytes
 from ..models import ModelPair, load_pair
 from ..prompts import TASKS, load_prompts
 from ..training.measure import encode_prompts
-from .cli import machine_info, parse_gammas, write_json
+from .cli import describe_machine, machine_info, machine_summary, parse_gammas, write_json
 from .latency import latency_summary
 from .methods import resolve_eos
 from .results_table import json_blocks
@@ -149,7 +149,7 @@ def describe_document(document: dict) -> str:
     """One sentence: where and how a batches JSON document was measured, and the thresholds it chose."""
     machine, settings = document["machine"], document["settings"]
     thresholds = ", ".join(f"{name}: {value}" for name, value in document["thresholds"].items())
-    return (f"{machine['device']} on {machine['cpu_count']} CPUs ({machine['processor']}), torch {machine['torch']}; "
+    return (f"{describe_machine(machine)}; "
             f"task {settings['task']}, {settings['max_new_tokens']} new tokens per row, {settings['repeats']} "
             f"repeats, greedy; disable-by-batch-size thresholds {thresholds}")
 
@@ -205,8 +205,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(format_rows(rows))
     for name, threshold in thresholds.items():
         print(f"disable_by_batch_size for {name}: {threshold} (speculate while at most that many rows are active)")
-    print(f"machine: {machine['device']}, {machine['cpu_count']} CPUs, torch {machine['torch']} "
-          f"({machine['torch_threads']} threads); task {args.task}, {args.max_new_tokens} new tokens per row, "
+    print(f"machine: {machine_summary(machine)}; task {args.task}, {args.max_new_tokens} new tokens per row, "
           f"{args.repeats} interleaved repeats after a warm-up, greedy; speed-up: median over repeats of the "
           "method's tokens/s over the baseline's at the same batch size")
     if args.json is not None:

@@ -43,7 +43,7 @@ from ..models import ModelPair, load_pair
 from ..prompts import TASKS, load_prompts
 from ..trace import mean_acceptance_length
 from ..training.measure import encode_prompts
-from .cli import load_cross_pair, machine_info, parse_gammas, write_json
+from .cli import describe_machine, load_cross_pair, machine_info, machine_summary, parse_gammas, write_json
 from .hf import HFAssisted, HFEarlyExit, HFPromptLookup
 from .methods import Autoregressive, GenerationSpec, Method, Speculative, resolve_eos
 from .protocol import Measurements, measure
@@ -183,7 +183,7 @@ def format_rows(task: str, rows: Sequence[dict]) -> str:
 def describe_document(document: dict) -> str:
     """One sentence: where and how a drafters-bench JSON document was measured (from the document itself)."""
     machine, settings = document["machine"], document["settings"]
-    return (f"{machine['device']} on {machine['cpu_count']} CPUs ({machine['processor']}), torch {machine['torch']}, "
+    return (f"{describe_machine(machine)}, "
             f"transformers {machine['transformers']}; {settings['prompts']} prompts per task x "
             f"{settings['max_new_tokens']} new tokens, {settings['repeats']} timed repeats, greedy")
 
@@ -267,8 +267,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                   progress=not args.no_progress)
         print(format_rows(task, results[task]) + "\n", flush=True)
     machine = machine_info(device)
-    print(f"machine: {machine['device']}, {machine['cpu_count']} CPUs, torch {machine['torch']} "
-          f"({machine['torch_threads']} threads); {args.prompts} prompts per task x {args.max_new_tokens} tokens, "
+    print(f"machine: {machine_summary(machine)}; {args.prompts} prompts per task x {args.max_new_tokens} tokens, "
           f"{args.repeats} timed repeats after a warm-up, greedy; speed-up: median over repeats of the baseline's "
           "seconds / the row's; ours/transformers: the twin's seconds / ours, same gamma")
     if args.json is not None:

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from .cli import COLUMNS, OPTIONAL_COLUMNS, describe_decoding, describe_eos, format_cell
+from .cli import COLUMNS, OPTIONAL_COLUMNS, describe_decoding, describe_eos, describe_machine, format_cell
 
 #: Columns the printed table puts on lines of their own: our time over the lean loop's; our speed over transformers'.
 RATIO_HEADERS = {"over_lean": "ours / lean (time)", "over_transformers": "ours / transformers (speed)"}
@@ -27,7 +27,7 @@ def describe_run(document: dict) -> str:
     machine, settings = document["machine"], document["settings"]
     gammas = ", ".join(str(g) for g in settings["gammas"])
     return (
-        f"{machine['device']} on {machine['cpu_count']} CPUs ({machine['processor']}), torch {machine['torch']}, "
+        f"{describe_machine(machine)}, "
         f"transformers {machine['transformers']}; preset {settings['preset']}, task {settings['task']}, "
         f"{settings['prompts']} prompts x {settings['max_new_tokens']} new tokens, gamma {gammas}, "
         f"{settings['repeats']} timed repeats, {describe_decoding(settings)}, {describe_eos(settings)}"

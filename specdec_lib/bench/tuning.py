@@ -37,7 +37,7 @@ from ..drafters import ConfidenceStop, CostAwareStop, DraftModelDrafter, Heurist
 from ..models import ModelPair, load_pair
 from ..prompts import TASKS, load_prompts
 from ..training.measure import encode_prompts, forward_cost
-from .cli import load_cross_pair, machine_info, parse_gammas, write_json
+from .cli import describe_machine, load_cross_pair, machine_info, machine_summary, parse_gammas, write_json
 from .drafters import DRAFTERS, DrafterRow, measure_task
 from .latency import trace_latency
 from .report import build_report
@@ -152,7 +152,7 @@ def format_task(task: str, result: dict) -> str:
 def describe_document(document: dict) -> str:
     """One sentence: where and how a tuning JSON document was measured, and the forward costs it measured."""
     machine, settings, costs = document["machine"], document["settings"], document["costs"]
-    return (f"{machine['device']} on {machine['cpu_count']} CPUs ({machine['processor']}), torch {machine['torch']}; "
+    return (f"{describe_machine(machine)}; "
             f"{settings['prompts']} prompts per task x {settings['max_new_tokens']} new tokens, "
             f"{settings['repeats']} timed repeats, greedy; c = {costs['c']:.3f}")
 
@@ -228,8 +228,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                        adaptive=not args.no_adaptive, progress=not args.no_progress)
             print(format_task(task, results[task]) + "\n", flush=True)
         machine = machine_info(device)
-    print(f"machine: {machine['device']}, {machine['cpu_count']} CPUs, torch {machine['torch']} "
-          f"({machine['torch_threads']} threads); {args.prompts} prompts per task x {args.max_new_tokens} tokens, "
+    print(f"machine: {machine_summary(machine)}; {args.prompts} prompts per task x {args.max_new_tokens} tokens, "
           f"{args.repeats} timed repeats after a warm-up, greedy. speed-up: median over repeats; c, v: from the "
           "timed rounds; pred: Leviathan (v = 1); pred+v: with the measured verify cost")
     if args.json is not None:
