@@ -95,24 +95,30 @@ def _row(method: str, batch: int, results: list[BatchedResult], baseline: list[B
 def measure_batches(pair: ModelPair, prompts: Sequence[torch.Tensor], batch_sizes: Sequence[int],
                     methods: dict[str, Generate], repeats: int, progress: bool = True) -> list[dict]:
     """One row per (batch size, method): warm-up, then ``repeats`` interleaved passes (module docstring)."""
+    from tqdm.auto import tqdm
+
     rows = []
+    bar = tqdm(total=len(batch_sizes) * (repeats + 1) * len(methods), desc="batches", disable=not progress,
+               leave=False)
     for batch in batch_sizes:
         chosen = list(prompts[:batch])
         runs: dict[str, list[BatchedResult]] = {name: [] for name in methods}
+        bar.set_description(f"batch {batch}")
         for name, generate in methods.items():
             generate(chosen)  # warm-up
+            bar.update()
         for repeat in range(repeats):
             names = list(methods)
             names = names[repeat % len(names):] + names[:repeat % len(names)]  # rotate: nobody always runs first
             for name in names:
                 runs[name].append(methods[name](chosen))
+                bar.update()
         reference = runs[BASELINE][0].tokens
         for name, results in runs.items():
             rows.append(_row(name, batch, results, runs[BASELINE], reference,
                              memory_bytes(pair, name, chosen, results[0])))
-        if progress:
-            print(f"  batch {batch}: " + ", ".join(f"{r['method']} {r['speedup']:.2f}x" for r in rows[-len(methods):]),
-                  file=sys.stderr, flush=True)
+        bar.write(f"batch {batch}: " + ", ".join(f"{r['method']} {r['speedup']:.2f}x" for r in rows[-len(methods):]))
+    bar.close()
     return rows
 
 
