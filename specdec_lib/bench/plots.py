@@ -34,7 +34,8 @@ def sweep_series(document: dict, task: str, drafter: str) -> dict[str, list]:
 
 def plot_gamma_sweep(document: dict, task: str, drafters: Sequence[str] | None = None, ax=None):
     """Measured speed-up against gamma per drafter (solid), with Leviathan's prediction (dotted) and the prediction
-    with the measured verify cost (dashed); the best measured gamma of each drafter is circled."""
+    with the measured verify cost (dashed); the best measured gamma of each drafter is circled, the best gamma of
+    the priced prediction marked by a triangle on the x axis."""
     ax = _axes(ax)
     drafters = drafters or document["settings"]["drafters"]
     for index, drafter in enumerate(drafters):
@@ -45,13 +46,17 @@ def plot_gamma_sweep(document: dict, task: str, drafters: Sequence[str] | None =
             points = [(g, y) for g, y in zip(series["gamma"], series[key]) if y is not None]
             if points:
                 ax.plot(*zip(*points), style, color=colour, alpha=0.8)
-        best = document["tasks"][task]["best"].get(drafter, {}).get("found")
-        if best is not None:
-            ax.plot([best], [series["measured"][series["gamma"].index(best)]], "o", markersize=13, mfc="none",
-                    color=colour)
+        best = document["tasks"][task]["best"].get(drafter, {})
+        if best.get("found") is not None:
+            ax.plot([best["found"]], [series["measured"][series["gamma"].index(best["found"])]], "o", markersize=13,
+                    mfc="none", color=colour)
+        if best.get("predicted_with_verify") is not None:  # where the priced prediction puts the best gamma
+            ax.plot([best["predicted_with_verify"]], [0.03 + 0.04 * index], "^", markersize=8, color=colour,
+                    transform=ax.get_xaxis_transform())  # x in gamma, y in axes fractions: a row above the axis
     ax.axhline(1.0, color="grey", linewidth=0.8)
     ax.set(xlabel="gamma (draft tokens per round)", ylabel="speed-up over the target alone",
            title=f"{task}: measured (solid), Leviathan (dotted), with verify cost (dashed)")
+    ax.set_xticks(sorted({g for d in drafters for g in sweep_series(document, task, d)["gamma"]}))
     ax.legend(fontsize=7)
     return ax
 
@@ -96,6 +101,8 @@ def plot_batches(document: dict, ax=None, key: str = "speedup"):
     if key == "speedup":
         ax.axhline(1.0, color="grey", linewidth=0.8)
     ax.set_xscale("log", base=2)
+    sizes = sorted({r["batch"] for r in document["rows"]})
+    ax.set_xticks(sizes, [str(size) for size in sizes])
     ax.set(xlabel="batch size", ylabel=key.replace("_", " "), title=f"{key.replace('_', ' ')} against batch size")
     ax.legend(fontsize=7)
     return ax
