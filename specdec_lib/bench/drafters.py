@@ -43,7 +43,8 @@ from ..models import ModelPair, load_pair
 from ..prompts import TASKS, load_prompts
 from ..trace import mean_acceptance_length
 from ..training.measure import encode_prompts
-from .cli import describe_machine, load_cross_pair, machine_info, machine_summary, parse_gammas, write_json
+from .cli import (describe_machine, format_value, load_cross_pair, machine_info, machine_summary, parse_gammas,
+                  write_json)
 from .hf import HFAssisted, HFEarlyExit, HFPromptLookup
 from .methods import Autoregressive, GenerationSpec, Method, Speculative, resolve_eos
 from .protocol import Measurements, measure
@@ -157,12 +158,7 @@ def task_rows(pair: ModelPair, cross: ModelPair, prompt_ids: Sequence[torch.Tens
     return rows
 
 
-def _cell(value: object, digits: int = 2, suffix: str = "") -> str:
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "yes" if value else "NO"
-    return f"{value:.{digits}f}{suffix}" if isinstance(value, float) else str(value)
+_cell = format_value  # a table cell, blank when there is no value
 
 
 def format_rows(task: str, rows: Sequence[dict]) -> str:

@@ -25,6 +25,7 @@ emit the baseline's tokens. Timing protocol: `specdec_lib.bench.protocol` (warm-
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import sys
 from collections.abc import Sequence
@@ -37,7 +38,8 @@ from ..drafters import ConfidenceStop, CostAwareStop, DraftModelDrafter, Heurist
 from ..models import ModelPair, load_pair
 from ..prompts import TASKS, load_prompts
 from ..training.measure import encode_prompts, forward_cost
-from .cli import describe_machine, load_cross_pair, machine_info, machine_summary, parse_gammas, write_json
+from .cli import (describe_machine, format_value, load_cross_pair, machine_info, machine_summary, parse_gammas,
+                  write_json)
 from .drafters import DRAFTERS, DrafterRow, measure_task
 from .latency import trace_latency
 from .report import build_report
@@ -119,12 +121,7 @@ def sweep_task(pair: ModelPair, cross: ModelPair, prompt_ids: Sequence[torch.Ten
     return {"rows": rows, "best": {name: best_gammas(rows, name) for name in drafters}}
 
 
-def _cell(value: object, digits: int = 2, suffix: str = "") -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, bool):
-        return "yes" if value else "NO"
-    return f"{value:.{digits}f}{suffix}" if isinstance(value, float) else str(value)
+_cell = functools.partial(format_value, blank="-")  # a table cell, "-" when there is no value
 
 
 def format_task(task: str, result: dict) -> str:
