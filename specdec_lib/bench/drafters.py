@@ -133,6 +133,11 @@ ROW_KEYS = ("method", "gamma", "speedup", "tokens_per_s", "alpha", "acceptance_r
             "tokens_per_target_forward", "over_transformers", "identical")
 
 
+def task_prompt_ids(pair: ModelPair, task: str, limit: int, device: torch.device) -> list[torch.Tensor]:
+    """The first ``limit`` prompts of ``task``, each as LongTensor[1, T] on ``device`` (the target's tokenizer)."""
+    return encode_prompts(pair.target_tokenizer, [p.prompt for p in load_prompts(task, limit=limit)], device)
+
+
 def measure_task(pair: ModelPair, cross: ModelPair, prompt_ids: Sequence[torch.Tensor],
                  gammas: dict[str, Sequence[int]], *, max_new_tokens: int, repeats: int, transformers: bool = True,
                  progress: bool = True, registry: dict[str, DrafterRow] = DRAFTERS) -> tuple[list[Method], Measurements]:
@@ -256,8 +261,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     cross = load_cross_pair("embedded", pair)  # the same target object, with draft B
     results = {}
     for task in tasks:
-        prompts = load_prompts(task, limit=args.prompts)
-        prompt_ids = encode_prompts(pair.target_tokenizer, [p.prompt for p in prompts], device)
+        prompt_ids = task_prompt_ids(pair, task, args.prompts, device)
         results[task] = task_rows(pair, cross, prompt_ids, args.drafters, max_new_tokens=args.max_new_tokens,
                                   repeats=args.repeats, transformers=not args.no_transformers,
                                   progress=not args.no_progress)

@@ -36,11 +36,11 @@ import torch
 from ..devices import torch_threads
 from ..drafters import ConfidenceStop, CostAwareStop, DraftModelDrafter, HeuristicSchedule, PromptLookupDrafter
 from ..models import ModelPair, load_pair
-from ..prompts import TASKS, load_prompts
-from ..training.measure import encode_prompts, forward_cost
+from ..prompts import TASKS
+from ..training.measure import forward_cost
 from .cli import (describe_machine, format_value, load_cross_pair, machine_info, machine_summary, parse_gammas,
                   write_json)
-from .drafters import DRAFTERS, DrafterRow, measure_task
+from .drafters import DRAFTERS, DrafterRow, measure_task, task_prompt_ids
 from .latency import trace_latency
 from .report import build_report
 from .results_table import json_blocks
@@ -211,15 +211,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         device = torch.device("cpu")
         pair = load_pair("embedded", device=device)
         cross = load_cross_pair("embedded", pair)
-        first = encode_prompts(pair.target_tokenizer, [load_prompts(tasks[0], limit=1)[0].prompt], device)[0]
+        first = task_prompt_ids(pair, tasks[0], 1, device)[0]
         costs = measured_costs(pair, first, args.gammas)
         print(f"costs: c = {costs['c']:.3f}, verify cost v(gamma) = "
               + ", ".join(f"{g}: {v:.2f}" for g, v in costs["verify_costs"].items())
               + f", marginal verify cost {costs['marginal_verify']:.3f} per position", flush=True)
         results = {}
         for task in tasks:
-            prompts = load_prompts(task, limit=args.prompts)
-            prompt_ids = encode_prompts(pair.target_tokenizer, [p.prompt for p in prompts], device)
+            prompt_ids = task_prompt_ids(pair, task, args.prompts, device)
             results[task] = sweep_task(pair, cross, prompt_ids, drafters, args.gammas, costs,
                                        max_new_tokens=args.max_new_tokens, repeats=args.repeats,
                                        adaptive=not args.no_adaptive, progress=not args.no_progress)
