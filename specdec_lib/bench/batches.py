@@ -39,7 +39,8 @@ from ..memory import kv_cache_bytes_at, weight_bytes
 from ..models import ModelPair, load_pair
 from ..prompts import TASKS, load_prompts
 from ..training.measure import encode_prompts
-from .cli import describe_machine, machine_info, machine_summary, parse_gammas, write_json
+from .captions import describe_machine, machine_summary
+from .cli import machine_info, parse_gammas, write_json
 from .latency import latency_summary
 from .methods import resolve_eos
 from .results_table import json_blocks

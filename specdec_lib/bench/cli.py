@@ -266,27 +266,6 @@ def machine_info(device: object) -> dict:
     }
 
 
-def format_value(value: object, digits: int = 2, suffix: str = "", blank: str = "") -> str:
-    """A table cell of the bench suites: ``blank`` for None, yes/NO for booleans, floats with ``digits`` and
-    ``suffix`` (e.g. ``"x"``), anything else as ``str``."""
-    if value is None:
-        return blank
-    if isinstance(value, bool):
-        return "yes" if value else "NO"
-    return f"{value:.{digits}f}{suffix}" if isinstance(value, float) else str(value)
-
-
-def describe_machine(machine: dict) -> str:
-    """``"cpu (2 threads) on 2 CPUs (x86_64), torch 2.13.0+cpu"``: the start of every README table's caption."""
-    return f"{machine['device']} on {machine['cpu_count']} CPUs ({machine['processor']}), torch {machine['torch']}"
-
-
-def machine_summary(machine: dict) -> str:
-    """``"cpu (2 threads), 2 CPUs, torch 2.13.0+cpu (2 threads)"``: the bench suites' closing line starts so."""
-    return (f"{machine['device']}, {machine['cpu_count']} CPUs, torch {machine['torch']} "
-            f"({machine['torch_threads']} threads)")
-
-
 def describe_decoding(settings: dict) -> str:
     """``greedy``, or the sampling settings and seed in words (for the settings line)."""
     sampling = settings.get("sampling") or {"temperature": 0.0}

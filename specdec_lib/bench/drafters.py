@@ -43,8 +43,8 @@ from ..models import ModelPair, load_pair
 from ..prompts import TASKS, load_prompts
 from ..trace import mean_acceptance_length
 from ..training.measure import encode_prompts
-from .cli import (describe_machine, format_value, load_cross_pair, machine_info, machine_summary, parse_gammas,
-                  write_json)
+from .captions import describe_machine, format_value, machine_summary
+from .cli import load_cross_pair, machine_info, parse_gammas, write_json
 from .hf import HFAssisted, HFEarlyExit, HFPromptLookup
 from .methods import Autoregressive, GenerationSpec, Method, Speculative, resolve_eos
 from .protocol import Measurements, measure

@@ -14,7 +14,8 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from .cli import COLUMNS, OPTIONAL_COLUMNS, describe_decoding, describe_eos, describe_machine, format_cell
+from .captions import describe_machine
+from .cli import COLUMNS, OPTIONAL_COLUMNS, describe_decoding, describe_eos, format_cell
 
 #: Columns the printed table puts on lines of their own: our time over the lean loop's; our speed over transformers'.
 RATIO_HEADERS = {"over_lean": "ours / lean (time)", "over_transformers": "ours / transformers (speed)"}

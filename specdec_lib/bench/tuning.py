@@ -38,8 +38,8 @@ from ..drafters import ConfidenceStop, CostAwareStop, DraftModelDrafter, Heurist
 from ..models import ModelPair, load_pair
 from ..prompts import TASKS
 from ..training.measure import forward_cost
-from .cli import (describe_machine, format_value, load_cross_pair, machine_info, machine_summary, parse_gammas,
-                  write_json)
+from .captions import describe_machine, format_value, machine_summary
+from .cli import load_cross_pair, machine_info, parse_gammas, write_json
 from .drafters import DRAFTERS, DrafterRow, measure_task, task_prompt_ids
 from .latency import trace_latency
 from .report import build_report
