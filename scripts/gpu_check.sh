@@ -4,7 +4,8 @@
 #
 #   scripts/gpu_check.sh [--quick] [--limit SECONDS] [--out DIR]
 #
-#   --quick        unit tests without the slow ones, and only notebooks 00 and 01 (a smoke test, ~5 min on a CPU)
+#   --quick        a smoke test (~5 min on a CPU): the fast tests of the devices, the verifiers and the decode loops,
+#                  notebooks 00 and 01, and the bench
 #   --limit S      the time limit for everything together (default 540: fits one 10-minute device call)
 #   --out DIR      where the logs and report.md go (default runs/gpu_check)
 #
@@ -66,16 +67,16 @@ run_step() {  # run_step NAME COMMAND...: run under the time left, append a row,
 
 nbval_mode="--nbval"
 [ "$device" != cpu ] && nbval_mode="--nbval-lax"
-if [ $quick = 1 ]; then
-    unit_args=(-m "not slow")
+if [ $quick = 1 ]; then  # a smoke test: the devices, the verifiers, the decode loops, two notebooks
+    unit_args=(tests/test_devices.py tests/test_verify.py tests/test_speculative.py tests/test_batched.py -m "not slow")
     notebooks=(course/00_setup_and_baseline.ipynb course/01_greedy_matching.ipynb)
 else
-    unit_args=()
+    unit_args=(tests)
     notebooks=(course)
 fi
 
 run_step doctor "$python" -m specdec_lib doctor
-run_step unit-tests "$python" -m pytest tests -q -p no:cacheprovider "${unit_args[@]}"
+run_step unit-tests "$python" -m pytest -q -p no:cacheprovider "${unit_args[@]}"
 run_step notebooks "$python" -m pytest "${notebooks[@]}" "$nbval_mode" --nbval-current-env \
     --nbval-sanitize-with course/sanitize.cfg -p no:cacheprovider -q
 run_step bench "$python" -m specdec_lib bench --device "$device" --prompts 2 --max-new-tokens 24 --gammas 2,4 \
