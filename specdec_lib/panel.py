@@ -11,21 +11,21 @@ One case costs a few seconds on a CPU (two prompts of 32 tokens, both methods): 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .baseline import autoregressive_generate
-from .bench.drafters import DRAFTERS
-from .devices import synchronize
+from .bench.drafters import DRAFTERS, task_prompt_ids
+from .bench.methods import Autoregressive, GenerationSpec, Speculative, resolve_eos
+from .bench.protocol import timed_run
+from .bench.report import pooled_trace
 from .errors import ConfigError
 from .models import ModelPair
-from .prompts import TASKS, load_prompts
+from .prompts import TASKS
 from .sampling import GREEDY, SamplingConfig
-from .speculative import check_gamma, speculative_generate
+from .speculative import check_gamma
 from .theory import expected_tokens_per_round
-from .trace import GenerationResult, Trace, mean_acceptance_length, per_position_acceptance, per_token_acceptance
+from .trace import mean_acceptance_length, per_position_acceptance, per_token_acceptance
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.axes import Axes
@@ -67,36 +67,25 @@ def check_case(drafter: object, task: object, gamma: object, temperature: object
     return GREEDY if temperature == 0 else SamplingConfig(temperature=float(temperature))
 
 
-def _timed(generate) -> tuple[GenerationResult, float]:
-    synchronize("cpu")
-    start = time.perf_counter()
-    result = generate()
-    return result, time.perf_counter() - start
-
-
 def run_case(pair: ModelPair, drafter: str, task: str, gamma: int, temperature: float = 0.0, *, prompts: int = 2,
              max_new_tokens: int = 32, seed: int = 0) -> PanelCase:
     """The target alone and speculative decoding with ``drafter`` at ``gamma`` on the first ``prompts`` prompts of
     ``task``, greedy (``temperature`` 0) or sampling (seeds ``seed + i``), one run each, side by side."""
     sampling = check_case(drafter, task, gamma, temperature)
-    built = DRAFTERS[drafter].build(pair, None)
-    tokenizer, device = pair.target_tokenizer, pair.target.device
-    baseline_seconds = speculative_seconds = 0.0
-    traces, identical = [], True
-    for index, prompt in enumerate(load_prompts(task, limit=prompts)):
-        ids = tokenizer(prompt.prompt, return_tensors="pt").input_ids.to(device)
-        base, seconds = _timed(lambda: autoregressive_generate(
-            pair.target, ids, max_new_tokens=max_new_tokens, sampling=sampling, seed=seed + index))
-        baseline_seconds += seconds
-        ours, seconds = _timed(lambda: speculative_generate(
-            pair.target, built, ids, gamma=gamma, max_new_tokens=max_new_tokens, sampling=sampling, seed=seed + index))
-        speculative_seconds += seconds
-        traces.append(ours.trace)
-        identical = identical and ours.new_token_list == base.new_token_list
-    pooled = Trace(start_time=0.0, rounds=[record for trace in traces for record in trace.rounds])
+    spec = GenerationSpec(max_new_tokens, resolve_eos(pair), sampling=sampling)
+    baseline = Autoregressive(pair.target, spec)
+    ours = Speculative(pair.target, DRAFTERS[drafter].build(pair, None), gamma, spec)
+    device = pair.target.device
+    base_runs, our_runs = [], []
+    for index, ids in enumerate(task_prompt_ids(pair, task, prompts, device)):
+        base_runs.append(timed_run(baseline, ids, device, seed + index))
+        our_runs.append(timed_run(ours, ids, device, seed + index))
+    pooled = pooled_trace(our_runs)
+    identical = all(b.tokens == o.tokens for b, o in zip(base_runs, our_runs))
     return PanelCase(drafter, task, gamma, float(temperature), prompts, max_new_tokens,
                      per_token_acceptance(pooled), mean_acceptance_length(pooled), per_position_acceptance(pooled),
-                     baseline_seconds / speculative_seconds, identical if sampling.is_greedy else None)
+                     sum(r.seconds for r in base_runs) / sum(r.seconds for r in our_runs),
+                     identical if sampling.is_greedy else None)
 
 
 def describe_case(case: PanelCase) -> str:
