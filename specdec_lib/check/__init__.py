@@ -1,0 +1,30 @@
+"""Self-checks for the course's exercises: ``check.<exercise>(your_function_or_value)``.
+
+Each exercise in notebooks 00-07 ends with a starter stub and one call of its check, e.g.::
+
+    from specdec_lib import check
+    check.top_k_probs(top_k_probs)
+
+The check runs cases the notebook does not show and answers in one line: a pass, or the case that failed with
+expected against got and what that mistake usually means (never a raw traceback). Conceptual questions are
+multiple choice (``check.<question>("b")``), with an explanation for every option. The machinery is in
+:mod:`specdec_lib.check.core`; the checks of notebook NN live in ``notebookNN.py``.
+"""
+
+from .core import CheckReport
+
+# notebook 00: setup and baseline
+
+# notebook 01: greedy matching
+
+# notebook 02: exact sampling verification
+
+# notebook 03: KV-cache rollback
+
+# notebook 04: cross-tokenizer assisted decoding
+
+# notebook 05: drafting without a draft model
+
+# notebook 06: tuning and measuring
+
+# notebook 07: beyond the chain
