@@ -1,0 +1,124 @@
+"""The self-checks of notebook 04 (specdec_lib.check.notebook04): the solutions pass, typical mistakes get their hint."""
+
+import pytest
+
+from specdec_lib import check
+from specdec_lib.check.notebook04 import tokenizer_a
+from specdec_lib.drafters.cross_tokenizer import continuation_ids, encode
+
+TOK_A = tokenizer_a()
+
+# --- exercise 1: my_continuation ----------------------------------------------------------------------------------
+
+
+def offsets(context, words):
+    encoding = TOK_A(context + words, add_special_tokens=False, return_offsets_mapping=True)
+    return encoding["input_ids"], encoding["offset_mapping"]
+
+
+def solution_continuation(context, words):
+    ids, spans = offsets(context, words)
+    first = next((i for i, (start, _) in enumerate(spans) if start >= len(context)), len(ids))
+    head_end = spans[first][0] if first < len(ids) else len(context + words)
+    head = TOK_A(words[: head_end - len(context)], add_special_tokens=False)["input_ids"] if head_end > len(context) else []
+    return head + ids[first:]
+
+
+def naive(context, words):
+    return offsets(context, words)[0][len(TOK_A(context, add_special_tokens=False)["input_ids"]):]
+
+
+def straddler_dropped(context, words):
+    ids, spans = offsets(context, words)
+    return [i for i, (start, _) in zip(ids, spans) if start >= len(context)]
+
+
+def straddler_kept_whole(context, words):
+    ids, spans = offsets(context, words)
+    return [i for i, (_, end) in zip(ids, spans) if end > len(context)]
+
+
+def head_not_shifted(context, words):
+    """Off by the context's length: cuts the straddling part out of ``words`` at the joint text's offset."""
+    ids, spans = offsets(context, words)
+    first = next((i for i, (start, _) in enumerate(spans) if start >= len(context)), len(ids))
+    head_end = spans[first][0] if first < len(ids) else len(context + words)
+    head = TOK_A(words[:head_end], add_special_tokens=False)["input_ids"] if head_end > len(context) else []
+    return head + ids[first:]
+
+
+def test_the_solution_and_the_library_pass_my_continuation():
+    assert check.my_continuation(solution_continuation)
+    assert check.my_continuation(lambda context, words: continuation_ids(TOK_A, context, words)[0])
+    assert repr(check.my_continuation(solution_continuation)) == "✅ my_continuation: all 9 hidden cases pass."
+
+
+@pytest.mark.parametrize("wrong, words", [
+    (naive, "you dropped as many tokens as the context has alone"),
+    (straddler_dropped, "dropped the one that straddles it"),
+    (straddler_kept_whole, "you kept the token that straddles the boundary whole"),
+    (head_not_shifted, "decode to"),
+    (lambda context, words: continuation_ids(TOK_A, context, words), "return only the target ids"),
+])
+def test_typical_mistakes_of_my_continuation_get_their_hint(wrong, words):
+    report = check.my_continuation(wrong)
+    assert not report
+    assert words in repr(report), repr(report)
+
+
+def test_a_my_continuation_stub():
+    def stub(context, words):
+        raise NotImplementedError  # your code here
+
+    assert "still raises NotImplementedError" in repr(check.my_continuation(stub))
+    assert "takes your function itself" in repr(check.my_continuation(encode(TOK_A, "x")[0]))
+
+
+# --- exercise 2: lookbehind ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("question, right", [(check.lookbehind_effect, "b"), (check.intersection_gap, "b")])
+def test_multiple_choice_questions(question, right):
+    assert question(right) and question(f"({right.upper()})")
+    for wrong in sorted(set("abcd") - {right}):
+        assert f"answer fails.\n   Not ({wrong})." in repr(question(wrong))
+    assert "Answer with one of 'a', 'b', 'c', 'd'" in repr(question(None))
+
+
+# --- exercise 3: the ceiling of the intersection ------------------------------------------------------------------
+
+
+def solution_ceiling(continuations, target_ids):
+    shared = set(target_ids.tolist())
+    tokens = [t for tokens in continuations for t in tokens]
+    return sum(t in shared for t in tokens) / len(tokens)
+
+
+def per_prompt_mean(continuations, target_ids):
+    shared = set(target_ids.tolist())
+    fractions = [sum(t in shared for t in c) / len(c) for c in continuations if c]
+    return sum(fractions) / len(fractions)
+
+
+def distinct_tokens(continuations, target_ids):
+    tokens = {t for c in continuations for t in c}
+    return len(tokens & set(target_ids.tolist())) / len(tokens)
+
+
+def test_the_solution_passes_intersection_ceiling():
+    assert check.intersection_ceiling(solution_ceiling)
+    assert check.intersection_ceiling(
+        lambda continuations, target_ids: float(sum(sum(t in target_ids for t in c) for c in continuations))
+        / sum(len(c) for c in continuations))  # membership on the tensor itself works too
+
+
+@pytest.mark.parametrize("wrong, words", [
+    (per_prompt_mean, "you averaged the per-prompt fractions"),
+    (distinct_tokens, "you counted distinct tokens"),
+    (lambda c, t: 1 - solution_ceiling(c, t), "the fraction *outside* the intersection"),
+    (lambda c, t: 100 * solution_ceiling(c, t), "that is a percentage"),
+])
+def test_typical_mistakes_of_intersection_ceiling_get_their_hint(wrong, words):
+    report = check.intersection_ceiling(wrong)
+    assert not report
+    assert words in repr(report), repr(report)
