@@ -1,4 +1,4 @@
-"""The self-checks of notebook 03 (specdec_lib.check.notebook03): the solutions pass, typical mistakes get their hint."""
+"""The self-checks of notebook 03 (specdec_lib.check.notebook03): the solutions pass, typical mistakes get a hint."""
 
 import copy
 
@@ -98,7 +98,8 @@ def test_a_my_crop_stub_and_a_result_instead_of_a_function():
 def test_forget_draft_rollback_choices():
     assert check.forget_draft_rollback("c") and check.forget_draft_rollback("(C)")
     for wrong in "abd":
-        assert repr(check.forget_draft_rollback(wrong)).startswith(f"❌ forget_draft_rollback: answer fails.\n   Not ({wrong}).")
+        report = repr(check.forget_draft_rollback(wrong))
+        assert report.startswith(f"❌ forget_draft_rollback: answer fails.\n   Not ({wrong}).")
     assert "Answer with one of 'a', 'b', 'c', 'd'" in repr(check.forget_draft_rollback(None))
 
 
@@ -150,6 +151,7 @@ def test_crossover_length_solution_and_mistakes():
 def test_llama_cache_crossover():
     assert check.llama_cache_crossover(16 * 10**9 // (2 * 32 * 8 * 128 * 2) + 1)
     assert check.llama_cache_crossover(16 * 2**30 // (2 * 32 * 8 * 128 * 2) + 1)  # 16 GiB
-    assert "8 KV heads (not the 32 attention heads)" in repr(check.llama_cache_crossover(16 * 10**9 // (2 * 32 * 32 * 128 * 2)))
+    attention_heads = 16 * 10**9 // (2 * 32 * 32 * 128 * 2)
+    assert "8 KV heads (not the 32 attention heads)" in repr(check.llama_cache_crossover(attention_heads))
     assert "forget the factor 2" in repr(check.llama_cache_crossover(16 * 10**9 // (32 * 8 * 128 * 2)))
     assert "Expected a number, got NoneType" in repr(check.llama_cache_crossover(None))

@@ -1,4 +1,4 @@
-"""The self-checks of notebook 04 (specdec_lib.check.notebook04): the solutions pass, typical mistakes get their hint."""
+"""The self-checks of notebook 04 (specdec_lib.check.notebook04): the solutions pass, typical mistakes get a hint."""
 
 import pytest
 
@@ -20,8 +20,8 @@ def solution_continuation(context, words):
     ids, spans = offsets(context, words)
     first = next((i for i, (start, _) in enumerate(spans) if start >= len(context)), len(ids))
     head_end = spans[first][0] if first < len(ids) else len(context + words)
-    head = TOK_A(words[: head_end - len(context)], add_special_tokens=False)["input_ids"] if head_end > len(context) else []
-    return head + ids[first:]
+    head = words[: head_end - len(context)]
+    return (TOK_A(head, add_special_tokens=False)["input_ids"] if head else []) + ids[first:]
 
 
 def naive(context, words):

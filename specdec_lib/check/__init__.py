@@ -20,8 +20,10 @@ from .core import CheckReport
 # notebook 02: exact sampling verification
 
 # notebook 03: KV-cache rollback
+from .notebook03 import crossover_length, forget_draft_rollback, llama_cache_crossover, my_crop, my_kv_bytes_per_token
 
 # notebook 04: cross-tokenizer assisted decoding
+from .notebook04 import intersection_ceiling, intersection_gap, lookbehind_effect, my_continuation
 
 # notebook 05: drafting without a draft model
 

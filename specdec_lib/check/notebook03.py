@@ -174,7 +174,8 @@ def forget_draft_rollback(answer: Any) -> CheckReport:
         "c": "Yes. The target's cache is right, so every emitted token is still the target's own. The draft's cache "
              "keeps the rejected drafts: its next tokens land after them, at wrong positions, attending to text that "
              "was never committed, so its guesses get worse, fewer are accepted and the target needs as many or more "
-             "forwards. Only speed shows the bug, which is why the tests check the caches themselves after every round.",
+             "forwards. Only speed shows the bug, which is why the tests check the caches themselves after every "
+             "round.",
         "d": "Nothing checks the draft cache's length: forward_with_cache appends after whatever the cache holds, at "
              "the next positions. The bug is silent, which is what makes it dangerous; only a slower run (or a test on "
              "the cache itself) reveals it.",
@@ -196,7 +197,8 @@ def _config(layers: int, heads: int, kv_heads: int, head_dim: int) -> LlamaConfi
 
 
 def _kv_cases() -> list[Case]:
-    configs = [("24 layers, 4 heads (all KV) of 48 dims, float32: the notebook's target", (24, 4, 4, 48), torch.float32),
+    configs = [("24 layers, 4 heads (all KV) of 48 dims, float32: the notebook's target", (24, 4, 4, 48),
+                torch.float32),
                ("28 layers, 24 heads, 8 KV heads of 128 dims, bfloat16 (grouped-query attention)",
                 (28, 24, 8, 128), torch.bfloat16),
                ("16 layers, 8 heads, 1 KV head of 64 dims, float16 (multi-query attention)", (16, 8, 1, 64),

@@ -119,7 +119,8 @@ def lookbehind_effect(answer: Any) -> CheckReport:
     """
     return check_choice("lookbehind_effect", answer, "b", {
         "a": "The output is the target's own for every lookbehind: the target verifies every proposed token, so the "
-             "drafter can only change what is proposed, never what is emitted (the solutions assert it for L = 1 .. 16).",
+             "drafter can only change what is proposed, never what is emitted (the solutions assert it for "
+             "L = 1 .. 16).",
         "b": "Yes. The window decides which committed tokens are re-encoded together with the new text, on the draft's "
              "side and on the target's, so it can change the ids at a boundary and with them alpha, never the output. "
              "Here alpha barely moves (about 0.41 at L = 1, 0.40 from L = 2 on): boundaries mostly fall between whole "
