@@ -30,3 +30,6 @@ from .notebook04 import intersection_ceiling, intersection_gap, lookbehind_effec
 # notebook 06: tuning and measuring
 
 # notebook 07: beyond the chain
+
+# notebook 08: from classroom to production
+from .notebook08 import metrics_from_vllm_counters, queued_ttft
