@@ -14,14 +14,15 @@
 # install: inside an activated venv (the Python the course will run), from the repository root:
 #   pip install --no-index --find-links DIR <the torch pin>
 #   pip install --no-index --find-links DIR -e ".[EXTRAS]"
-#   and then `python -m specdec_lib doctor`. EXTRAS defaults to every extra (what CI and the doctor's fix install);
-#   --extras course is lighter (no pytest/nbval/server), but the doctor then reports nbval missing.
+#   and then `python -m specdec_lib doctor`. EXTRAS defaults to course,dev,serve: the notebooks, their tests and
+#   the load test's server, what the doctor's fix installs. --extras course is lighter (no pytest, nbval or
+#   server), but the doctor then reports nbval missing.
 #
 # Options:
 #   --torch-index URL  where torch comes from, as an extra index. On Linux, PyPI's torch is a CUDA build of several GB;
 #                      the CPU build: --torch-index https://download.pytorch.org/whl/cpu. Default: pip's own
 #                      configuration, as .ci/run installs it.
-#   --extras LIST      install mode: the extras to install, comma-separated (default: every extra)
+#   --extras LIST      install mode: the extras to install, comma-separated (default: course,dev,serve)
 #   --dry-run          print the commands, run nothing
 #   -h, --help         this text
 #
@@ -80,7 +81,7 @@ print(",".join(extras) if sys.argv[1] == "extras" else "\n".join(requires))
 EOF
 }
 all_extras="$(read_pyproject extras)"
-extras="${extras:-$all_extras}"
+extras="${extras:-course,dev,serve}"  # the doctor's fix line; other extras (e.g. the web site's) are in the kit too
 
 quote() {  # one argument as a reader would type it: bare when safe, else in single quotes
     if [[ "$1" =~ ^[A-Za-z0-9_./=:+,@%-]+$ ]]; then printf '%s' "$1"; else printf "'%s'" "${1//\'/\'\\\'\'}"; fi
@@ -125,6 +126,6 @@ else
 fi
 echo "On each classroom machine, in an activated venv at the repository root:"
 echo "  $PYTHON -m pip install --no-index --find-links $dir $torch_pin"
-echo "  $PYTHON -m pip install --no-index --find-links $dir -e \".[$all_extras]\""
+echo "  $PYTHON -m pip install --no-index --find-links $dir -e \".[$extras]\""
 echo "  $PYTHON -m specdec_lib doctor"
 echo "(or: scripts/make_wheelhouse.sh install $dir)"
