@@ -26,10 +26,13 @@ from .notebook03 import crossover_length, forget_draft_rollback, llama_cache_cro
 from .notebook04 import intersection_ceiling, intersection_gap, lookbehind_effect, my_continuation
 
 # notebook 05: drafting without a draft model
+from .notebook05 import free_draft_speedup, latest_prompt_lookup, which_exit
 
 # notebook 06: tuning and measuring
+from .notebook06 import disable_threshold, percentile, predicted_best_gamma, relative_drop_rule
 
 # notebook 07: beyond the chain
+from .notebook07 import chain_or_tree, compact_pointer_cache, expected_accepted_drafts
 
 # notebook 08: from classroom to production
 from .notebook08 import metrics_from_vllm_counters, queued_ttft

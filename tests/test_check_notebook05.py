@@ -1,0 +1,97 @@
+"""Notebook 05's exercise checks on hand-written answers: the solutions pass, the usual mistakes get their hint."""
+
+import pytest
+
+from specdec_lib import check
+from specdec_lib.check.notebook05 import EXIT_FEEDBACK
+
+# --- exercise 1: the most recent match -------------------------------------------------------------------------
+
+
+def lookup(tokens, k, max_ngram=3, *, latest=True, tail=1, longest_first=True, keep_match=False, cap=True):
+    """The solution's loop, with one thing changed at a time to make the usual mistakes."""
+    top = min(max_ngram, len(tokens) - 1)
+    sizes = range(top, 0, -1) if longest_first else range(1, top + 1)
+    for n in sizes:
+        suffix = tokens[-n:]
+        starts = range(len(tokens) - n - tail, -1, -1) if latest else range(len(tokens) - n)
+        for start in starts:
+            if tokens[start : start + n] == suffix:
+                begin = start if keep_match else start + n
+                return tokens[begin : begin + k] if cap else tokens[begin:]
+    return []
+
+
+def test_the_solution_passes():
+    report = check.latest_prompt_lookup(lookup)
+    assert report, repr(report)
+    assert repr(report).startswith("✅ latest_prompt_lookup: all ")
+
+
+@pytest.mark.parametrize("mistake, words", [
+    (dict(latest=False), "*first* (leftmost) occurrence"),
+    (dict(tail=0), "is always the suffix itself"),
+    (dict(longest_first=False), "shortest n first"),
+    (dict(keep_match=True), "starts with the matched n-gram itself"),
+    (dict(cap=False), "longer than k"),
+])
+def test_each_usual_mistake_gets_its_hint(mistake, words):
+    report = check.latest_prompt_lookup(lambda tokens, k, max_ngram=3: lookup(tokens, k, max_ngram, **mistake))
+    assert not report and words in repr(report), repr(report)
+
+
+def test_the_stub_a_crash_and_a_wrong_type_are_messages():
+    def stub(tokens, k, max_ngram=3):
+        raise NotImplementedError  # your code here
+
+    assert "still raises NotImplementedError" in repr(check.latest_prompt_lookup(stub))
+    assert "raised IndexError" in repr(check.latest_prompt_lookup(lambda tokens, k, max_ngram=3: tokens[len(tokens)]))
+    assert "Expected a list of token ids, got str" in repr(check.latest_prompt_lookup(lambda t, k, m=3: "x"))
+
+
+# --- exercise 2: gamma for a drafter that is free --------------------------------------------------------------
+
+
+def speedup(rounds, verify_cost):
+    return sum(emitted for _, emitted in rounds) / sum(verify_cost[drafted + 1] for drafted, _ in rounds)
+
+
+def test_the_speedup_solution_passes():
+    assert check.free_draft_speedup(speedup)
+
+
+@pytest.mark.parametrize("wrong, words", [
+    (lambda rounds, v: sum(e for _, e in rounds) / len(rounds), "That is tokens per target forward"),
+    (lambda rounds, v: sum(e for _, e in rounds) / (len(rounds) * v[max(d for d, _ in rounds) + 1]),
+     "longest draft's cost"),
+    (lambda rounds, v: sum(e for _, e in rounds) / sum(v[max(d, 1)] for d, _ in rounds), "not verify_cost[d]"),
+    (lambda rounds, v: sum(e / v[d + 1] for d, e in rounds) / len(rounds), "averaged the rounds' own ratios"),
+    (lambda rounds, v: sum(v[d + 1] for d, _ in rounds) / sum(e for _, e in rounds), "the inverse of the speed-up"),
+])
+def test_wrong_speedups_get_their_hint(wrong, words):
+    report = check.free_draft_speedup(wrong)
+    assert not report and words in repr(report), repr(report)
+
+
+def test_v_of_d_without_the_plus_one_fails_on_a_round_that_drafted_nothing():
+    report = check.free_draft_speedup(lambda rounds, v: sum(e for _, e in rounds) / sum(v[d] for d, _ in rounds))
+    assert not report and "raised KeyError: 0" in repr(report)
+
+
+def test_the_speedup_stub_says_so():
+    def stub(rounds, verify_cost):
+        raise NotImplementedError  # your code here
+
+    assert "still raises NotImplementedError" in repr(check.free_draft_speedup(stub))
+
+
+# --- exercise 3: which exit? -------------------------------------------------------------------------------------
+
+
+def test_which_exit_right_and_wrong_options():
+    right = check.which_exit("b")
+    assert right and "shallow exit that was trained" in repr(right)
+    for wrong in sorted(set(EXIT_FEEDBACK) - {"b"}):
+        report = check.which_exit(wrong)
+        assert not report and repr(report).startswith(f"❌ which_exit: answer fails.\n   Not ({wrong}).")
+    assert "Answer with one of 'a', 'b', 'c', 'd'" in repr(check.which_exit(None))

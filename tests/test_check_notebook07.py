@@ -1,0 +1,125 @@
+"""Notebook 07's exercise checks on hand-written answers: the solutions pass, the usual mistakes get their hint."""
+
+import itertools
+
+import pytest
+import torch
+
+from specdec_lib import check
+from specdec_lib.check.notebook07 import CHAIN_FEEDBACK
+from specdec_lib.kv_cache import compact_cache
+from specdec_lib.verify import block_thresholds
+
+# --- exercise 1: another toy -----------------------------------------------------------------------------------
+
+
+def expected_drafts(p, q, gamma, *, weight="q", emitted=False, inverted=False, independent=False, block=True):
+    """The solution's enumeration, with one thing changed at a time to make the usual mistakes."""
+    totals = [0.0, 0.0]
+    for drafts in itertools.product(range(len(p)), repeat=gamma):
+        chance = {"q": float(torch.prod(q[list(drafts)])), "p": float(torch.prod(p[list(drafts)])),
+                  "uniform": 1 / len(p) ** gamma}[weight]
+        alive, token_wise = 1.0, 0.0
+        for x in drafts:
+            ratio = float(q[x] / p[x]) if inverted else float(p[x] / q[x])
+            alive = min(1.0, ratio) if independent else alive * min(1.0, ratio)
+            token_wise += alive
+        law = block_thresholds(p.repeat(gamma + 1, 1), q.repeat(gamma, 1), torch.tensor(drafts)).length_distribution()
+        block_mean = float((torch.arange(gamma + 1) * law).sum()) if block else token_wise
+        totals[0] += chance * (token_wise + emitted)
+        totals[1] += chance * (block_mean + emitted)
+    return tuple(totals)
+
+
+def test_the_toy_solution_passes():
+    report = check.expected_accepted_drafts(expected_drafts)
+    assert report and repr(report) == "✅ expected_accepted_drafts: all 6 hidden cases pass.", repr(report)
+
+
+@pytest.mark.parametrize("wrong, words", [
+    (lambda p, q, g: tuple(reversed(expected_drafts(p, q, g))), "in the other order"),
+    (lambda p, q, g: expected_drafts(p, q, g, weight="p"), "under the target p"),
+    (lambda p, q, g: expected_drafts(p, q, g, weight="uniform"), "without weighting them"),
+    (lambda p, q, g: expected_drafts(p, q, g, emitted=True), "counted the tokens a round emits"),
+    (lambda p, q, g: expected_drafts(p, q, g, inverted=True), "min(1, q(x) / p(x))"),
+    (lambda p, q, g: expected_drafts(p, q, g, independent=True), "as if the round went on after a rejection"),
+    (lambda p, q, g: expected_drafts(p, q, g, block=False), "equals token-wise verification's"),
+])
+def test_each_usual_toy_mistake_gets_its_hint(wrong, words):
+    report = check.expected_accepted_drafts(wrong)
+    assert not report and words in repr(report), repr(report)
+
+
+def test_stub_and_a_single_number_are_messages():
+    def stub(p, q, gamma):
+        raise NotImplementedError  # your code here
+
+    assert "still raises NotImplementedError" in repr(check.expected_accepted_drafts(stub))
+    assert "Expected two numbers, (token-wise, block), got float" in repr(
+        check.expected_accepted_drafts(lambda p, q, g: 1.0))
+
+
+# --- exercise 2: same nodes, different shapes ---------------------------------------------------------------------
+
+
+def test_chain_or_tree_options():
+    right = check.chain_or_tree("b")
+    assert right and "depth pays" in repr(right)
+    for wrong in sorted(set(CHAIN_FEEDBACK) - {"b"}):
+        report = check.chain_or_tree(wrong)
+        assert not report and f"Not ({wrong})." in repr(report)
+    assert "Answer with one of" in repr(check.chain_or_tree(None))
+
+
+# --- exercise 3: compaction on a pointer cache ----------------------------------------------------------------------
+
+
+def compact(cache, keep_from, keep, *, values=True, set_length=True, refresh=True, layers=None, replace=False):
+    """The solution's compaction, with one thing changed at a time to make the usual mistakes."""
+    for layer in cache.layers[:layers]:
+        n = keep.numel()
+        if replace:  # DynamicCache style: new tensors, the storage left as it was
+            index = torch.cat([torch.arange(keep_from), keep])
+            layer.keys, layer.values = layer.keys[:, :, index], layer.values[:, :, index]
+            layer.length = keep_from + n
+            continue
+        layer.key_storage[:, :, keep_from : keep_from + n] = layer.key_storage[:, :, keep].clone()
+        if values:
+            layer.value_storage[:, :, keep_from : keep_from + n] = layer.value_storage[:, :, keep].clone()
+        if set_length:
+            layer.length = keep_from + n
+        if refresh:
+            layer._refresh_views()
+
+
+def test_the_compaction_solution_and_the_library_pass():
+    assert check.compact_pointer_cache(compact)
+    assert check.compact_pointer_cache(compact_cache)
+
+
+@pytest.mark.parametrize("mistake, words", [
+    (dict(values=False), "Move the values too"),
+    (dict(set_length=False), "set layer.length"),
+    (dict(refresh=False), "layer._refresh_views()"),
+    (dict(layers=1), "compact every layer"),
+    (dict(replace=True), "move the rows inside the storage"),
+])
+def test_each_usual_compaction_mistake_gets_its_hint(mistake, words):
+    report = check.compact_pointer_cache(lambda cache, keep_from, keep: compact(cache, keep_from, keep, **mistake))
+    assert not report and words in repr(report), repr(report)
+
+
+def test_a_compaction_one_row_off_names_the_rows():
+    def off_by_one(cache, keep_from, keep):
+        compact(cache, keep_from + 1, keep)
+
+    report = repr(check.compact_pointer_cache(off_by_one))
+    assert "hold the rows of old positions" in report or "length" in report, report
+
+
+def test_the_compaction_stub_says_so():
+    def stub(cache, keep_from, keep):
+        raise NotImplementedError  # your code here
+
+    assert "still raises NotImplementedError" in repr(check.compact_pointer_cache(stub))
+    assert "takes your function itself" in repr(check.compact_pointer_cache(None))
