@@ -14,10 +14,13 @@ multiple choice (``check.<question>("b")``), with an explanation for every optio
 from .core import CheckReport
 
 # notebook 00: setup and baseline
+from .notebook00 import fit_step_cost, prose_versus_code, top_k_probs
 
 # notebook 01: greedy matching
+from .notebook01 import best_gamma_gap, forwards_saved, grounded_prompts, my_expected_speedup, my_verify_greedy
 
 # notebook 02: exact sampling verification
+from .notebook02 import accepted_count_law, metrics_from_counts, output_with_reported_q, point_mass_output, refused_q
 
 # notebook 03: KV-cache rollback
 from .notebook03 import crossover_length, forget_draft_rollback, llama_cache_crossover, my_crop, my_kv_bytes_per_token
