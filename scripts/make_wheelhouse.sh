@@ -45,7 +45,9 @@ while [ $# -gt 0 ]; do
                   extras="$2"; shift ;;
         download|install) mode="$1" ;;
         -*) echo "make_wheelhouse.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
-        *) if [ "$dir_given" = 1 ]; then echo "make_wheelhouse.sh: one directory only, got '$dir' and '$1'" >&2; exit 2; fi
+        *) if [ "$dir_given" = 1 ]; then
+               echo "make_wheelhouse.sh: one directory only, got '$dir' and '$1'" >&2; exit 2
+           fi
            dir="$1"; dir_given=1 ;;
     esac
     shift
@@ -93,7 +95,8 @@ run() {  # print a command, run it unless --dry-run
 
 if [ "$mode" = install ]; then
     if [ "$dry_run" = 0 ] && ! ls "$dir"/torch-*.whl >/dev/null 2>&1; then
-        echo "make_wheelhouse.sh: no torch wheel in $dir: build the kit first (scripts/make_wheelhouse.sh download $dir)" >&2
+        echo "make_wheelhouse.sh: no torch wheel in $dir: build the kit first" \
+             "(scripts/make_wheelhouse.sh download $dir)" >&2
         exit 1
     fi
     run "$PYTHON" -m pip install --no-index --find-links "$dir" "$torch_pin"

@@ -304,3 +304,15 @@ def parse_prometheus_counters(text: str, prefix: str = "vllm:spec_decode_") -> d
     counters: dict[str, object] = {name: int(value) for name, value in totals.items()}
     counters["num_accepted_tokens_per_pos"] = [int(by_position[i]) for i in sorted(by_position)]
     return counters
+
+
+def counter_delta(before: dict[str, object], after: dict[str, object]) -> dict[str, object]:
+    """``after - before`` for two readings of the `VLLM_COUNTERS` (`parse_prometheus_counters` around a load test):
+    the counts of that test's requests alone. A position missing from ``before`` (no draft reached it yet) counts 0."""
+    delta: dict[str, object] = {name: int(after[name]) - int(before[name])  # type: ignore[call-overload]
+                                for name in VLLM_COUNTERS[:3]}
+    earlier = list(before["num_accepted_tokens_per_pos"])  # type: ignore[arg-type]
+    later = list(after["num_accepted_tokens_per_pos"])  # type: ignore[arg-type]
+    earlier += [0] * (len(later) - len(earlier))
+    delta["num_accepted_tokens_per_pos"] = [b - a for a, b in zip(earlier, later)]
+    return delta

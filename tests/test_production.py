@@ -98,3 +98,11 @@ def test_two_engines_are_summed_and_a_page_without_speculation_reads_zero():
     assert doubled["num_drafts"] == 10 and doubled["num_accepted_tokens_per_pos"] == [8, 6, 4]
     assert parse_prometheus_counters('vllm:generation_tokens_total{model_name="m"} 1.0\n') == {
         "num_drafts": 0, "num_draft_tokens": 0, "num_accepted_tokens": 0, "num_accepted_tokens_per_pos": []}
+
+
+def test_the_delta_of_two_readings_counts_only_the_requests_between_them():
+    before = parse_prometheus_counters('vllm:generation_tokens_total{model_name="m"} 1.0\n')  # a fresh server
+    after = parse_prometheus_counters(METRICS_PAGE)
+    assert production.counter_delta(before, after) == after
+    assert production.counter_delta(after, after) == {
+        "num_drafts": 0, "num_draft_tokens": 0, "num_accepted_tokens": 0, "num_accepted_tokens_per_pos": [0, 0, 0]}
