@@ -16,6 +16,7 @@ from typing import Sequence
 COMMANDS: dict[str, tuple[str, str]] = {
     "doctor": ("specdec_lib.doctor", "check the environment, the device and the embedded models"),
     "bench": ("specdec_lib.bench.cli", "benchmark speculative decoding against the baseline and transformers"),
+    "site": ("specdec_lib.site", "build the executed course into an offline static web site (stored outputs)"),
 }
 
 
