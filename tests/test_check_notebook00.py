@@ -55,6 +55,15 @@ def test_top_k_a_one_row_version_gets_a_hint_on_the_batch():
     assert "raised RuntimeError" in report and "values[..., -1:]" in report
 
 
+def test_top_k_an_index_past_the_k_th_largest_is_named():
+    def index_k(logits, k):
+        kth = torch.topk(logits, k, dim=-1).values[..., k]
+        return torch.softmax(logits.masked_fill(logits < kth, float("-inf")), dim=-1)
+
+    report = repr(check.top_k_probs(index_k))
+    assert "raised IndexError" in report and "values[..., k - 1]" in report
+
+
 def test_top_k_exactly_k_indices_miss_the_tie():
     def indices(logits, k):
         kept = torch.topk(logits, k, dim=-1).indices

@@ -94,6 +94,8 @@ def top_k_probs(learner: Any) -> CheckReport:
         for word, hint in TOP_K_ERROR_HINTS.items():
             if word in report.case_name:
                 return _with_hint(report, hint)
+        if "IndexError" in report.problem:
+            return _with_hint(report, TOP_K_ERROR_HINTS["k = V"])
     return report
 
 
