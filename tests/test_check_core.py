@@ -73,3 +73,13 @@ def test_check_choice_explains_the_right_answer_and_each_wrong_one():
     assert right and repr(right) == "✅ why: correct.\n   Yes: one forward checks them all."
     assert repr(check_choice("why", "a", "b", feedback)) == "❌ why: answer fails.\n   Not (a). A cache cannot do that."
     assert "Answer with one of 'a', 'b'" in repr(check_choice("why", "c", "b", feedback))
+
+
+def test_find_mistake_names_the_mistake_whose_answer_the_learner_gave():
+    from specdec_lib.check.core import find_mistake
+
+    mistakes = [(lambda a, b: a - b, "you subtracted"), (lambda a, b: a * b, "you multiplied")]
+    same = lambda x, y: x == y  # noqa: E731
+    assert find_mistake(6, (2, 3), 5, mistakes, same) == "you multiplied"
+    assert find_mistake(7, (2, 3), 5, mistakes, same) == ""  # no known mistake answers 7
+    assert find_mistake(4, (2, 2), 4, mistakes, same) == ""  # 2 * 2 is right here: not a mistake on this case

@@ -117,6 +117,21 @@ def _raised(error: BaseException) -> str:
     return f"Your function raised {type(error).__name__}: {error}{where}."
 
 
+def find_mistake(got: Any, args: tuple, expected: Any, mistakes: Sequence[tuple[Callable, str]],
+                 same: Callable[[Any, Any], bool]) -> str:
+    """The hint of the first of ``mistakes`` (``(function, hint)`` pairs, each called like the learner's function
+    on ``args``) whose answer is ``got`` but not ``expected``; "" when none is (then expected against got is all
+    a hint can say)."""
+    for mistake, hint in mistakes:
+        try:
+            theirs = mistake(*args)
+        except Exception:  # noqa: BLE001 - a mistake that cannot run on this case is simply not this one
+            continue
+        if same(theirs, got) and not same(theirs, expected):
+            return hint
+    return ""
+
+
 def run_cases(
     exercise: str,
     learner: Any,

@@ -17,22 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..drafters.prompt_lookup import find_continuation
-from .core import Case, CheckReport, check_choice, close, mismatch, run_cases
-
-
-def find_mistake(got: Any, args: tuple, expected: Any, mistakes: Sequence[tuple[Callable, str]],
-                 same: Callable[[Any, Any], bool]) -> str:
-    """The hint of the first of ``mistakes`` (``(function, hint)`` pairs, each called like the learner's function
-    on ``args``) whose answer is ``got`` but not ``expected``; "" when none is (then expected against got is all
-    a hint can say)."""
-    for mistake, hint in mistakes:
-        try:
-            theirs = mistake(*args)
-        except Exception:  # noqa: BLE001 - a mistake that cannot run on this case is simply not this one
-            continue
-        if same(theirs, got) and not same(theirs, expected):
-            return hint
-    return ""
+from .core import Case, CheckReport, check_choice, close, find_mistake, mismatch, run_cases
 
 
 # --- exercise 1: the most recent match ------------------------------------------------------------------------

@@ -18,8 +18,7 @@ from ..bench.batches import choose_threshold
 from ..drafters.schedules import DraftStopRule
 from ..theory import expected_speedup
 from ..trace import latency_percentiles
-from .core import Case, CheckReport, close, mismatch, run_cases
-from .notebook05 import find_mistake
+from .core import Case, CheckReport, close, find_mistake, mismatch, run_cases
 
 # --- exercise 1: the best gamma, predicted ---------------------------------------------------------------------
 

@@ -17,8 +17,7 @@ import torch
 
 from ..kv_cache import PreallocatedCache, compact_cache
 from ..verify import block_thresholds
-from .core import Case, CheckReport, check_choice, close, mismatch, run_cases
-from .notebook05 import find_mistake
+from .core import Case, CheckReport, check_choice, close, find_mistake, mismatch, run_cases
 
 # --- exercise 1: another toy -----------------------------------------------------------------------------------
 
