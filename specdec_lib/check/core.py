@@ -98,6 +98,13 @@ def tensor_problem(got: Any, expected: torch.Tensor, atol: float = 1e-5) -> str 
     return None
 
 
+def is_number(value: Any) -> bool:
+    """Whether ``value`` is a real number a check can grade: an int or float (not a bool), or a one-element tensor."""
+    if isinstance(value, torch.Tensor):
+        return value.numel() == 1
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def close(got: Any, expected: float, rel_tol: float = 1e-6, abs_tol: float = 1e-9) -> bool:
     """Whether ``got`` is a real number within the tolerances of ``expected``."""
     try:
@@ -173,8 +180,7 @@ def check_value(
 
     ``too_low`` / ``too_high`` are the hints for an answer below / above the tolerance band (e.g. a unit slip).
     """
-    if isinstance(got, bool) or not isinstance(got, (int, float)) and not (
-            isinstance(got, torch.Tensor) and got.numel() == 1):
+    if not is_number(got):
         return CheckReport(exercise, 1, 1, "the answer", f"Expected a number, got {type(got).__name__}.")
     value = float(got)
     if close(value, expected, rel_tol=rel_tol):

@@ -17,7 +17,7 @@ import torch
 from ..theory import expected_speedup, expected_tokens_per_round
 from ..trace import GenerationResult, RoundRecord, Trace
 from ..verify import verify_greedy
-from .core import Case, CheckReport, check_choice, close, describe, mismatch, run_cases
+from .core import Case, CheckReport, check_choice, close, describe, is_number, mismatch, run_cases
 
 # --- exercise 1: verification by hand ----------------------------------------------------------------------------
 
@@ -113,8 +113,7 @@ def _speedup_cases() -> list[Case]:
 
 def _judge_speedup(case: Case, got: Any) -> str | None:
     alpha, gamma, c = case.args
-    if isinstance(got, bool) or not isinstance(got, (int, float)) and not (
-            isinstance(got, torch.Tensor) and got.numel() == 1):
+    if not is_number(got):
         return f"Expected a number, got {describe(got)}."
     value = float(got)
     if close(value, case.expected, rel_tol=1e-6):
@@ -199,8 +198,7 @@ def _forwards_cases() -> list[Case]:
 
 def _judge_forwards(case: Case, got: Any) -> str | None:
     (runs,) = case.args
-    if isinstance(got, bool) or not isinstance(got, (int, float)) and not (
-            isinstance(got, torch.Tensor) and got.numel() == 1):
+    if not is_number(got):
         return f"Expected a number of target forwards, got {describe(got)}."
     value = float(got)
     if close(value, case.expected, abs_tol=1e-9):

@@ -19,7 +19,7 @@ import torch
 from transformers import DynamicCache, LlamaConfig
 
 from ..kv_cache import cache_length, crop_cache
-from .core import Case, CheckReport, check_choice, check_value, describe, mismatch, run_cases
+from .core import Case, CheckReport, check_choice, check_value, describe, is_number, mismatch, run_cases
 
 # --- exercise 1: rollback in place --------------------------------------------------------------------------------
 
@@ -214,8 +214,7 @@ def _kv_cases() -> list[Case]:
 
 def _judge_kv(case: Case, got: Any) -> str | None:
     config, dtype = case.args
-    if isinstance(got, bool) or not isinstance(got, (int, float)) and not (
-            isinstance(got, torch.Tensor) and got.numel() == 1):
+    if not is_number(got):
         return f"Expected a number of bytes, got {describe(got)}."
     value, expected = float(got), case.expected
     if value == expected:
@@ -256,8 +255,7 @@ def _crossover_cases() -> list[Case]:
 def _judge_crossover(case: Case, got: Any) -> str | None:
     per_token, weights = case.args
     expected = case.expected
-    if isinstance(got, bool) or not isinstance(got, (int, float)) and not (
-            isinstance(got, torch.Tensor) and got.numel() == 1):
+    if not is_number(got):
         return f"Expected a number of tokens, got {describe(got)}."
     value = float(got)
     if value == expected:

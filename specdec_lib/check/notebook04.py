@@ -19,7 +19,7 @@ from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from ..drafters.cross_tokenizer import continuation_ids, decode, encode, naive_continuation_ids
 from ..paths import data_dir
-from .core import Case, CheckReport, check_choice, close, describe, mismatch, run_cases
+from .core import Case, CheckReport, check_choice, close, describe, is_number, mismatch, run_cases
 
 # --- exercise 1: align by hand ------------------------------------------------------------------------------------
 
@@ -155,8 +155,7 @@ def _ceiling_cases() -> list[Case]:
 def _judge_ceiling(case: Case, got: Any) -> str | None:
     continuations, target_ids = case.args
     expected = case.expected
-    if isinstance(got, bool) or not isinstance(got, (int, float)) and not (
-            isinstance(got, torch.Tensor) and got.numel() == 1):
+    if not is_number(got):
         return f"Expected a fraction (a number), got {describe(got)}."
     value = float(got)
     if close(value, expected):

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..drafters.prompt_lookup import find_continuation
-from .core import Case, CheckReport, check_choice, close, find_mistake, mismatch, run_cases
+from .core import Case, CheckReport, check_choice, close, find_mistake, is_number, mismatch, run_cases
 
 
 # --- exercise 1: the most recent match ------------------------------------------------------------------------
@@ -160,7 +160,7 @@ def free_draft_speedup(learner: Callable) -> CheckReport:
     ``sum(emitted) / sum(verify_cost[drafted + 1])``, on hand-made traces."""
 
     def judge(case: Case, got: Any) -> str | None:
-        if isinstance(got, bool) or not isinstance(got, (int, float)):
+        if not is_number(got):
             return f"Expected a number (the speed-up), got {type(got).__name__}."
         if close(got, case.expected, rel_tol=1e-9):
             return None

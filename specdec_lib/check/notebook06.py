@@ -18,7 +18,7 @@ from ..bench.batches import choose_threshold
 from ..drafters.schedules import DraftStopRule
 from ..theory import expected_speedup
 from ..trace import latency_percentiles
-from .core import Case, CheckReport, close, find_mistake, mismatch, run_cases
+from .core import Case, CheckReport, close, find_mistake, is_number, mismatch, run_cases
 
 # --- exercise 1: the best gamma, predicted ---------------------------------------------------------------------
 
@@ -277,7 +277,7 @@ def percentile(learner: Callable) -> CheckReport:
     (``trace.latency_percentiles``, NumPy's default), on hidden latency lists."""
 
     def judge(case: Case, got: Any) -> str | None:
-        if isinstance(got, bool) or not isinstance(got, (int, float)):
+        if not is_number(got):
             return f"Expected a number (seconds), got {type(got).__name__}."
         if close(got, case.expected, rel_tol=1e-9):
             return None
