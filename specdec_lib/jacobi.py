@@ -29,7 +29,7 @@ from transformers import PreTrainedModel
 from .errors import ConfigError
 from .kv_cache import crop_cache, new_cache
 from .modeling import check_generation_inputs, context_length, forward_with_cache
-from .speculative import first_stop
+from .speculative import kept_until_stop
 from .stopping import AUTO, stop_token_ids
 from .trace import GenerationResult, RoundRecord, Trace
 from .verify import verify_greedy
@@ -101,11 +101,7 @@ def jacobi_generate(
             verdict = verify_greedy(logits, guess)
             accepted = verdict.num_accepted
             sequence[0, length + accepted] = verdict.next_token
-            emitted = accepted + 1
-            if stop_ids:
-                stop = first_stop(sequence[0, length : length + emitted].tolist(), stop_ids)
-                if stop is not None:
-                    emitted, finished = stop + 1, True
+            emitted, finished = kept_until_stop(sequence[0, length : length + accepted + 1], stop_ids)
             guess = logits[accepted + 1 :].argmax(dim=-1)  # [k - n]: the Jacobi update of the unconverged positions
             length += emitted
             crop_cache(cache, length - 1)  # drop the positions after the committed tokens

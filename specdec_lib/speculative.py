@@ -142,6 +142,19 @@ def first_stop(tokens: list[int], stop_ids: frozenset[int]) -> int | None:
     return next((i for i, token in enumerate(tokens) if token in stop_ids), None)
 
 
+def kept_until_stop(new_tokens: torch.Tensor, stop_ids: frozenset[int]) -> tuple[int, bool]:
+    """How many of a round's ``new_tokens`` (LongTensor[emitted]) to keep, and whether generation ends there.
+
+    An accepted stop id ends generation right after it: ``(index of the first stop + 1, True)``; without one, all
+    of them and ``False``. With no stop ids the tokens are not read back from the device at all.
+    """
+    if stop_ids:
+        stop = first_stop(new_tokens.tolist(), stop_ids)
+        if stop is not None:
+            return stop + 1, True
+    return new_tokens.numel(), False
+
+
 def speculative_generate(
     target: PreTrainedModel,
     drafter: Drafter,
@@ -271,11 +284,7 @@ def speculative_generate(
 
             accepted = verdict.num_accepted
             sequence[0, length + accepted] = verdict.next_token  # the recovered token replaces the first rejection
-            emitted = accepted + 1
-            if stop_ids:
-                stop = first_stop(sequence[0, length : length + emitted].tolist(), stop_ids)
-                if stop is not None:  # an accepted EOS ends generation right after it
-                    emitted, finished = stop + 1, True
+            emitted, finished = kept_until_stop(sequence[0, length : length + accepted + 1], stop_ids)
             length += emitted  # never past total_length: k <= remaining - 1
             crop_cache(cache, length - 1)  # drop rejected drafts; the last token is fed next round
             verify_end = trace.elapsed(device, wait=False)  # the verdict was just read back: the forward is done

@@ -26,7 +26,7 @@ from .errors import ConfigError
 from .kv_cache import compact_cache, crop_cache, new_cache
 from .modeling import check_generation_inputs, context_length, forward_with_cache
 from .sampling import GREEDY, SamplingConfig, logits_to_probs, make_generator, sample_token
-from .speculative import check_same_device, check_sampling, first_stop
+from .speculative import check_same_device, check_sampling, kept_until_stop
 from .stopping import AUTO, stop_token_ids
 from .trace import GenerationResult, RoundRecord, Trace
 from .trees import TreeShape, verify_tree_exact, verify_tree_greedy
@@ -99,11 +99,7 @@ def tree_speculative_generate(
             accepted = len(path)
             sequence[0, length : length + accepted] = tokens[path]
             sequence[0, length + accepted] = verdict.next_token
-            emitted = accepted + 1
-            if stop_ids:
-                stop = first_stop(sequence[0, length : length + emitted].tolist(), stop_ids)
-                if stop is not None:
-                    emitted, finished = stop + 1, True
+            emitted, finished = kept_until_stop(sequence[0, length : length + accepted + 1], stop_ids)
             # keep x_1 .. x_L (the root is entry L - 1) and the path's nodes, entries L + node
             compact_cache(cache, length, torch.tensor([length + node for node in path], dtype=torch.long))
             start = length
