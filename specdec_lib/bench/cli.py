@@ -252,8 +252,19 @@ def format_profile(profile: dict | None) -> str:
     )
 
 
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo`` on Linux, e.g. "AMD EPYC 7B13"), else what ``platform`` knows: tiny
+    models' speed-ups depend on the CPU's caches and memory, so a benchmark must say which CPU it ran on."""
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        for line in cpuinfo.read_text(errors="replace").splitlines():
+            if line.startswith("model name") and ":" in line:
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
 def machine_info(device: object) -> dict:
-    """Device, library versions and threads: what a reader needs to compare two benchmark runs."""
+    """Device, CPU, library versions and threads: what a reader needs to compare two benchmark runs."""
     return {
         "device": describe_device(device),
         "torch": torch.__version__,
@@ -263,6 +274,7 @@ def machine_info(device: object) -> dict:
         "cpu_count": os.cpu_count(),
         "platform": platform.platform(),
         "processor": platform.processor() or platform.machine(),
+        "cpu_model": cpu_model(),
     }
 
 
@@ -304,7 +316,7 @@ def format_machine(machine: dict, settings: dict) -> str:
     gammas = ",".join(str(g) for g in settings["gammas"])
     return "\n".join(
         [
-            f"machine:  {machine['device']}, {machine['cpu_count']} CPUs ({machine['processor']}), "
+            f"machine:  {machine['device']}, {machine['cpu_count']} CPUs ({machine['cpu_model']}), "
             f"torch {machine['torch']} ({machine['torch_threads']} thread{'' if machine['torch_threads'] == 1 else 's'}), "
             f"transformers {machine['transformers']}, "
             f"python {machine['python']}",

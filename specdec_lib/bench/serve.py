@@ -326,7 +326,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "continuous_batching": args.continuous_batching, "server_threads": args.threads,
                 "decoding": "greedy (temperature 0)"}
     machine = machine_info(device)
-    print(f"machine:  {device}, {machine['cpu_count']} CPUs ({machine['processor']}), "
+    print(f"machine:  {device}, {machine['cpu_count']} CPUs ({machine['cpu_model']}), "
           f"transformers {machine['transformers']}, torch {machine['torch']}")
     threads = f"{args.threads} thread{'s' if args.threads != 1 else ''}" if args.threads else "default threads"
     batching = ", continuous batching" if extra else ""
