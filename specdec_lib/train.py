@@ -4,15 +4,18 @@ Stages (each logged, seeded): collect the stdlib corpus and write its manifest �
 train tokenizers A and B → tokenise → train a shallow base target (with an early-exit
 loss) → grow it three times deeper and continue training it (depth up-scaling,
 :mod:`specdec_lib.training.depth_growth`; the early-exit loss moves to the matching
-shallow layer) → train the draft on the corpus, then distil it from the target → train
-draft B on tokenizer B → measure every model and write the cards
+shallow layer) → the drafts (:mod:`specdec_lib.training.drafts`): the target writes
+greedy continuations of corpus windows; the draft trains on the corpus, is distilled from
+the target on corpus windows, then on the target's text; draft B trains on the corpus,
+then on the target's text in tokenizer B → measure every model and write the cards
 (:mod:`specdec_lib.training.cards`).
 
 ``--grow-from FOLDER`` skips the base stage and grows a saved base instead (the v1
 target, which is exactly what the base stage trains). ``--quick`` trains tiny versions
 on a slice of the corpus in seconds: the pipeline's own test uses it. Training steps for
 extra heads on the frozen target are kept out of this pipeline on purpose, so that they
-can be added without retraining the family.
+can be added without retraining the family; ``python -m specdec_lib.train drafts``
+re-runs the drafts' stage alone against the shipped target.
 """
 from __future__ import annotations
 
@@ -34,9 +37,10 @@ from .training.depth_growth import grow_depth
 from .training.heads import main as train_heads
 from .training.measure import (distinct_4gram_share, encode_prompts, forward_cost, greedy_agreement,
                                greedy_continuations)
-from .training.model_training import ModelSpec, build_model, train_model, validation_loss
+from .training.drafts import DRAFT_CHECKPOINTS, retrain_drafts, train_drafts
+from .training.model_training import ModelSpec, build_model, save_model, train_model, validation_loss
+from .training.target_text import TargetTextSpec
 from .training.tokenizer_training import (
-    save_tokenizer,
     tokenize_texts,
     train_tokenizer_a,
     train_tokenizer_b,
@@ -58,6 +62,7 @@ class FamilySpec:
     target: ModelSpec
     draft: ModelSpec
     draft_b: ModelSpec
+    draft_target_text: TargetTextSpec | None = None  # a last distillation phase on text the target wrote
     max_files: int | None = None
     seed: int = 1234
     threads: int = 2
@@ -72,9 +77,10 @@ FULL = FamilySpec(
     target=ModelSpec(layers=24, hidden=192, intermediate=512, heads=4, context=512, steps=480, batch_size=6,
                      learning_rate=1e-3, warmup_steps=40, early_exit_layer=4, early_exit_weight=0.3),
     draft=ModelSpec(layers=1, hidden=192, intermediate=512, heads=4, context=512, steps=1000, batch_size=6,
-                    learning_rate=3e-3, distill_steps=300),
+                    learning_rate=3e-3, distill_steps=1500),
     draft_b=ModelSpec(layers=1, hidden=192, intermediate=512, heads=4, context=512, steps=1000, batch_size=6,
                       learning_rate=3e-3),
+    draft_target_text=TargetTextSpec(sequences=4096, prompt_tokens=64, new_tokens=96, batch_size=128, steps=700),
 )
 
 QUICK = FamilySpec(
@@ -88,19 +94,9 @@ QUICK = FamilySpec(
                     learning_rate=1e-3, warmup_steps=1, distill_steps=2),
     draft_b=ModelSpec(layers=1, hidden=32, intermediate=64, heads=2, context=64, steps=3, batch_size=2,
                       learning_rate=1e-3, warmup_steps=1),
+    draft_target_text=TargetTextSpec(sequences=8, prompt_tokens=8, new_tokens=16, batch_size=4, steps=2),
     max_files=12,
 )
-
-
-def _save(model, tokenizer, folder: Path) -> None:
-    """Weights in fp16 on disk (half the bytes; reloaded as fp32 they give the same greedy text).
-
-    The model stays in memory with the fp16-rounded weights, so later stages (distillation from the target,
-    validation) use exactly the weights that ship."""
-    folder.mkdir(parents=True, exist_ok=True)
-    model.to(torch.float16).save_pretrained(folder)
-    model.to(torch.float32)
-    save_tokenizer(tokenizer, folder)
 
 
 def _base_target(spec: FamilySpec, tok_a, tokens: torch.Tensor, work_dir: Path, grow_from: Path | None,
@@ -113,7 +109,7 @@ def _base_target(spec: FamilySpec, tok_a, tokens: torch.Tensor, work_dir: Path, 
     if grow_from is None:
         base = build_model(spec.target_base, len(tok_a), tok_a.eos_token_id, spec.seed)
         summary = train_model(base, spec.target_base, tokens, seed=spec.seed, name="target_base", log=log)
-        _save(base, tok_a, work_dir / "target_base")
+        save_model(base, tok_a, work_dir / "target_base")
         (work_dir / "target_base" / BASE_SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
         return base, summary
     base = LlamaForCausalLM.from_pretrained(grow_from, dtype=torch.float32)
@@ -149,26 +145,17 @@ def train_family(spec: FamilySpec, out_dir: Path, work_dir: Path, grow_from: Pat
           f"B train {data['b'][0].numel():,} val {data['b'][1].numel():,}", flush=True)
 
     summaries = {}
-    eos_a, eos_b = tok_a.eos_token_id, tok_b.eos_token_id
     base, summaries["target_base"] = _base_target(spec, tok_a, data["a"][0], work_dir, grow_from, log)
     target = grow_depth(base, spec.target, spec.seed)
     summaries["target"] = train_model(target, spec.target, data["a"][0], seed=spec.seed + 4, name="target", log=log)
-    _save(target, tok_a, out_dir / "target")
+    save_model(target, tok_a, out_dir / "target")
 
-    draft = build_model(spec.draft, len(tok_a), eos_a, spec.seed + 1)
-    draft_lm_only = ModelSpec(**{**spec.draft.__dict__, "distill_steps": 0})
-    summaries["draft_corpus_only"] = train_model(draft, draft_lm_only, data["a"][0], seed=spec.seed + 1,
-                                                 name="draft", log=log)
-    _save(draft, tok_a, work_dir / "draft_corpus_only")
-    if spec.draft.distill_steps:
-        distill_only = ModelSpec(**{**spec.draft.__dict__, "steps": 0})
-        summaries["draft"] = train_model(draft, distill_only, data["a"][0], seed=spec.seed + 2, name="draft",
-                                         teacher=target, log=log)
-    _save(draft, tok_a, out_dir / "draft")
-
-    draft_b = build_model(spec.draft_b, len(tok_b), eos_b, spec.seed + 3)
-    summaries["draft_b"] = train_model(draft_b, spec.draft_b, data["b"][0], seed=spec.seed + 3, name="draft_b", log=log)
-    _save(draft_b, tok_b, out_dir / "draft_b")
+    drafts, draft_summaries = train_drafts(spec, {"a": tok_a, "b": tok_b}, {"a": data["a"][0], "b": data["b"][0]},
+                                           target, work_dir, log)
+    summaries.update(draft_summaries)
+    draft, draft_b = drafts["draft"], drafts["draft_b"]
+    save_model(draft, tok_a, out_dir / "draft")
+    save_model(draft_b, tok_b, out_dir / "draft_b")
 
     val = {
         "target_base": validation_loss(base, data["a"][1], spec.target_base.context),
@@ -246,25 +233,46 @@ def measure_family(models_dir: Path, work_dir: Path, threads: int = 2) -> dict:
                 task: distinct_4gram_share(greedy_continuations(base_model, encode_prompts(target_tok, texts, device)))
                 for task, texts in prompts.items()},
         }
-    before = work_dir / "draft_corpus_only"
-    if before.exists():
-        draft_before, _ = load_model_folder(before, device=device)
-        measurements["agreement_before_distillation"] = {
-            task: greedy_agreement(draft_before, runs) for task, runs in continuations.items()
-        }
+    checkpoints = {}
+    for folder in DRAFT_CHECKPOINTS:  # the draft before each of its later phases (`training.drafts.train_draft`)
+        if (work_dir / folder / "config.json").is_file():
+            checkpoint, _ = load_model_folder(work_dir / folder, device=device)
+            checkpoints[folder] = {task: greedy_agreement(checkpoint, runs) for task, runs in continuations.items()}
+    if checkpoints:
+        measurements["draft_checkpoints"] = checkpoints
     (models_dir / "measurements.json").write_text(json.dumps(measurements, indent=2) + "\n")
     write_cards(models_dir)
     return measurements
+
+
+def _drafts_main(argv: list[str]) -> None:
+    """``python -m specdec_lib.train drafts``: the drafts' stage alone, against the shipped target, then measure."""
+    parser = argparse.ArgumentParser(prog="python -m specdec_lib.train drafts",
+                                     description="Retrain only the draft and draft B against the shipped target "
+                                                 "(specdec_lib.training.drafts: corpus, distillation, the target's own "
+                                                 "text), then re-measure the family and rewrite the cards. The target, "
+                                                 "the heads and EAGLE are untouched.")
+    parser.add_argument("--models", type=Path, default=REPO_DATA_DIR / "models", help="the family's folder")
+    parser.add_argument("--work", type=Path, default=Path("runs"), help="intermediate checkpoints (not committed)")
+    args = parser.parse_args(argv)
+    if not (args.models / "target" / "config.json").is_file():
+        parser.error(f"--models {args.models}: no target/config.json there; point it at the family's folder")
+    retrain_drafts(FULL, args.models, args.work)
+    print(json.dumps(measure_family(args.models, args.work), indent=2), flush=True)
 
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["heads"]:  # drafters trained on the frozen target, separate from the family
         return train_heads(argv[1:])
+    if argv[:1] == ["drafts"]:
+        return _drafts_main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m specdec_lib.train", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog="python -m specdec_lib.train heads [--quick] trains Medusa heads and an "
-                                            "EAGLE layer on the frozen target instead (see its --help).")
+                                            "EAGLE layer on the frozen target instead (see its --help); "
+                                            "python -m specdec_lib.train drafts retrains only the two drafts against "
+                                            "the shipped target.")
     parser.add_argument("--out", type=Path, default=REPO_DATA_DIR / "models", help="where the models go (default: data/models)")
     parser.add_argument("--work", type=Path, default=Path("runs"), help="intermediate checkpoints (not committed)")
     parser.add_argument("--quick", action="store_true", help="tiny models on a corpus slice (seconds; for tests)")

@@ -1,5 +1,6 @@
 """The training pipeline, end to end at toy scale: every model kind trains, saves and reloads."""
 import json
+import shutil
 
 import pytest
 import torch
@@ -7,7 +8,10 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from specdec_lib.models import load_model_folder
 from specdec_lib.paths import EMBEDDED_MODEL_NAMES, REPO_DATA_DIR
+from specdec_lib.baseline import autoregressive_generate
 from specdec_lib.train import QUICK, train_family
+from specdec_lib.training.drafts import ship_drafts, shipped_corpus
+from specdec_lib.training.target_text import retokenize_stream, target_text_stream
 from specdec_lib.training.cards import render_card
 from specdec_lib.training.corpus import SourceFile, split_files
 from specdec_lib.training.depth_growth import grow_depth, grown_layer_index
@@ -44,8 +48,13 @@ def test_training_lowers_the_loss_and_reports_it(quick_family):
     assert set(report["validation_loss_nats_per_token"]) == {"target_base", "target", "target_early_exit", "draft",
                                                              "draft_b"}
     log = [json.loads(line) for line in (out / "training_log.jsonl").read_text().splitlines()]
-    assert {row["model"] for row in log} == {"target_base", "target", "draft", "draft_b"}
-    assert any(row["phase"] == "distill" for row in log)  # the draft was distilled from the target
+    assert {row["model"] for row in log} == {"target_base", "target", "draft", "draft_target_text", "draft_b",
+                                             "draft_b_target_text"}
+    assert any(row["phase"] == "distill" and row["model"] == "draft" for row in log)  # distilled from the target
+    text = QUICK.draft_target_text  # ... and then both drafts trained on the target's own text
+    assert report["training"]["target_text"]["stream_tokens"] == text.sequences * (text.prompt_tokens + text.new_tokens + 1)
+    assert report["training"]["draft_target_text"]["distill_steps"] == text.steps
+    assert report["training"]["draft_b_target_text"]["lm_steps"] == text.steps
     manifest = json.loads((out / "corpus_manifest.json").read_text())
     assert manifest["train_files"] > 0 and manifest["validation_files"] > 0 and len(manifest["sha256"]) == 64
 
@@ -120,3 +129,54 @@ def test_the_shipped_cards_are_rendered_from_the_shipped_measurements():
     for name in EMBEDDED_MODEL_NAMES:
         config = json.loads((models / name / "config.json").read_text())
         assert (models / name / "README.md").read_text() == render_card(name, report, measurements, manifest, config), name
+
+
+def test_target_text_is_corpus_windows_followed_by_the_targets_own_greedy_continuation():
+    torch.manual_seed(0)
+    target = build_model(_tiny_spec(2), vocab_size=50, eos_token_id=0, seed=0).eval()
+    tokens = torch.randint(1, 50, (400,), dtype=torch.int32)
+    stream = target_text_stream(target, tokens, sequences=5, prompt_tokens=6, new_tokens=7, batch_size=2, seed=3)
+    rows = stream.view(5, 6 + 7 + 1)
+    assert (rows[:, -1] == 0).all()  # EOS after every text, as between the corpus's files
+    for row in rows:
+        alone = autoregressive_generate(target, row[None, :6], max_new_tokens=7, eos_token_id=None)
+        assert row[6:13].tolist() == alone.new_token_list  # batched generation = the target alone, row by row
+    again = target_text_stream(target, tokens, sequences=5, prompt_tokens=6, new_tokens=7, batch_size=5, seed=3)
+    assert torch.equal(stream, again)  # seeded, and independent of the batch size
+    with pytest.raises(ValueError, match="must be >= 1"):
+        target_text_stream(target, tokens, sequences=0, prompt_tokens=6, new_tokens=7, batch_size=2, seed=3)
+
+
+def test_retraining_one_model_refuses_a_corpus_other_than_the_familys(tmp_path):
+    (tmp_path / "corpus_manifest.json").write_text(json.dumps({"sha256": "0" * 64, "python_version": "3.0.0"}))
+    with pytest.raises(ValueError, match="not the corpus the shipped family was trained on"):
+        shipped_corpus(QUICK, tmp_path)
+
+
+def test_retrained_drafts_replace_the_old_ones_in_the_report_and_the_log(quick_family, tmp_path):
+    out, report = quick_family
+    family = tmp_path / "family"
+    shutil.copytree(out, family)
+    draft, tokenizer = load_model_folder(family / "draft", device="cpu")
+    summaries = {"draft": {**report["training"]["draft"], "seconds": 12345.0}}
+    log = [{"model": "draft", "phase": "distill", "step": 0, "kl": 1.0, "seconds": 0.0}]
+    ship_drafts({"draft": draft}, {"a": tokenizer}, summaries, log, ["def f(x):\n    return x\n" * 40], QUICK, family)
+    shipped = json.loads((family / "training_report.json").read_text())
+    assert shipped["training"]["draft"]["seconds"] == 12345.0
+    assert shipped["training"]["target"] == report["training"]["target"]  # the other models' records are kept
+    lines = [json.loads(line) for line in (family / "training_log.jsonl").read_text().splitlines()]
+    assert [row for row in lines if row["model"] in ("draft", "draft_target_text")] == log
+    assert {row["model"] for row in lines} >= {"target_base", "target", "draft_b", "draft_b_target_text"}
+
+
+def test_target_text_is_the_same_text_in_the_other_tokenizer(quick_family):
+    out, _ = quick_family
+    tok_a = AutoTokenizer.from_pretrained(out / "target")
+    tok_b = AutoTokenizer.from_pretrained(out / "draft_b")
+    texts = ["def f(x):\n    return x\n", "class A:\n    pass\n"]
+    stream_a = torch.tensor([*tok_a(texts[0]).input_ids, tok_a.eos_token_id, *tok_a(texts[1]).input_ids,
+                             tok_a.eos_token_id])
+    stream_b = retokenize_stream(stream_a, tok_a, tok_b)
+    pieces = tok_b.decode(stream_b.tolist()).split(tok_b.eos_token)
+    assert pieces == [*texts, ""]  # each text once, EOS after each, in B's ids
+    assert stream_b.tolist() != stream_a.tolist()

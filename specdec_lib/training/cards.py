@@ -9,6 +9,8 @@ import json
 import math
 from pathlib import Path
 
+from .drafts import DRAFT_CHECKPOINTS
+
 ROLE = {
     "target": "The **target**: the expensive model whose output speculative decoding must reproduce exactly. "
               "Deep and narrow on purpose: each layer adds its weights to stream and its framework overhead to pay "
@@ -17,10 +19,12 @@ ROLE = {
               "model pairs. Grown from a shallower trained model (depth up-scaling), then trained further.",
     "draft": "The **draft**: a one-layer model on the target's tokenizer (A) that proposes tokens for the target "
              "to verify. Trained on the corpus, then distilled from the target (trained to match the target's "
-             "next-token distribution), which is how real drafts are aligned with their targets.",
+             "next-token distribution) on corpus windows and then on text the target wrote itself, which is how real "
+             "drafts are aligned with their targets.",
     "draft_b": "**Draft B**: a one-layer model on a *different* tokenizer (B: marker `▁`, its own pre-tokenizer and "
                "vocabulary, byte fallback). Its token ids mean nothing to the target, so it can only draft through "
-               "text (cross-tokenizer assisted decoding).",
+               "text (cross-tokenizer assisted decoding). Trained on the corpus, then on the target's own text "
+               "re-tokenised with B, so that its guesses follow the target's habits.",
 }
 TOKENIZER = {
     "target": "A — byte-level BPE (space marker `Ġ`, GPT-2-style pre-tokenizer)",
@@ -116,15 +120,36 @@ def render_card(name: str, report: dict, measurements: dict, manifest: dict, con
     if name == "draft" and "draft" in report["training"]:
         distill = report["training"]["draft"]
         lines.append(
-            f"- distillation from the target: {distill['distill_steps']} steps ({distill['distill_tokens'] / 1e6:.1f} M "
+            f"- distillation from the target on corpus windows: {distill['distill_steps']} steps ({distill['distill_tokens'] / 1e6:.1f} M "
             f"tokens) minimising KL(p_target ‖ q_draft), {distill['seconds'] / 60:.1f} min; final KL "
             f"{distill['distill_final']['kl']:.3f} nats/token."
+        )
+    if name == "draft" and "draft_target_text" in report["training"]:
+        on_text, generation = report["training"]["draft_target_text"], report["training"]["target_text"]
+        lines.append(
+            f"- distillation on the target's own text: {generation['sequences']} random corpus windows of "
+            f"{generation['prompt_tokens']} tokens, each continued greedily by the target for "
+            f"{generation['new_tokens']} tokens ({generation['seconds'] / 60:.1f} min to generate), then "
+            f"{on_text['distill_steps']} more KL steps on that text ({on_text['distill_tokens'] / 1e6:.1f} M tokens, "
+            f"{on_text['seconds'] / 60:.1f} min); final KL {on_text['distill_final']['kl']:.3f} nats/token. "
+            "These are the contexts greedy speculative decoding shows the draft (the target's own continuations)."
+        )
+    if name == "draft_b" and "draft_b_target_text" in report["training"]:
+        on_text = report["training"]["draft_b_target_text"]
+        lines.append(
+            f"- then {on_text['lm_steps']} next-token steps ({on_text['lm_tokens'] / 1e6:.1f} M tokens, "
+            f"{on_text['seconds'] / 60:.1f} min; final loss {on_text['lm_final']['loss']:.3f}) on the target's own "
+            "text (the draft's greedy continuations, see the draft's card) re-tokenised with tokenizer B: no per-token "
+            "distillation is possible across vocabularies, so draft B learns the target's text instead."
         )
     if name == "target":
         without_base = " (stage 1 not included: it was read from disk)" if "grown_from" in report["training"]["target_base"] else ""
         lines.append(f"- the whole family (tokenizers, target, draft, draft B, validation) took "
                      f"{report['total_seconds'] / 60:.1f} min of wall time in the run that produced these weights"
-                     f"{without_base}.")
+                     f"{without_base}"
+                     + (f"; {' and '.join(report['drafts_retrained'])} retrained afterwards against this target by "
+                        "`python -m specdec_lib.train drafts` (see their cards)" if report.get("drafts_retrained") else "")
+                     + ".")
     lines += [
         "",
         "## Results (measured, not promised)",
@@ -155,21 +180,23 @@ def render_card(name: str, report: dict, measurements: dict, manifest: dict, con
         for task, result in measurements["agreement"].items():
             lines.append(f"| greedy agreement α with the target, {task} prompts | {result['alpha']:.3f} "
                          f"({result['positions']} positions) |")
-        before = measurements.get("agreement_before_distillation")
-        if before:
+        saved = measurements.get("draft_checkpoints", {})
+        checkpoints = [(label, saved[folder]) for folder, label in DRAFT_CHECKPOINTS.items() if folder in saved]
+        if checkpoints:
+            tasks = list(measurements["agreement"])
             lines += [
                 "",
                 "### Distillation, measured both ways",
                 "",
-                "| draft | α on code prompts | α on prose | α on grounded |",
-                "|---|---|---|---|",
-                "| corpus only | " + " | ".join(f"{before[t]['alpha']:.3f}" for t in measurements["agreement"]) + " |",
-                "| corpus + distillation (this model) | "
-                + " | ".join(f"{measurements['agreement'][t]['alpha']:.3f}" for t in measurements["agreement"]) + " |",
+                "| draft | " + " | ".join(f"α on {task} prompts" for task in tasks) + " |",
+                "|---" * (len(tasks) + 1) + "|",
+                *("| " + label + " | " + " | ".join(f"{agreement[t]['alpha']:.3f}" for t in tasks) + " |"
+                  for label, agreement in checkpoints),
+                "| this model (every phase) | " + " | ".join(f"{measurements['agreement'][t]['alpha']:.3f}" for t in tasks)
+                + " |",
                 "",
-                "The distilled draft also trained longer (the distillation steps come on top of the corpus steps), "
-                "so the gain mixes distillation with extra training; the corpus-only draft is the checkpoint "
-                "taken just before distillation started.",
+                "Each row is the checkpoint taken just before the next phase started. Every phase also trains longer "
+                "(its steps come on top of the earlier ones), so a gain mixes the phase's data with extra training.",
             ]
     if name == "draft_b":
         lines.append("| greedy agreement with the target | not comparable token by token (different tokenizer): "
@@ -185,6 +212,7 @@ def render_card(name: str, report: dict, measurements: dict, manifest: dict, con
         "```bash",
         "python -m specdec_lib.train            # trains the whole family into data/models/ and measures it",
         "python -m specdec_lib.train --measure   # re-measures the saved models and rewrites these cards",
+        "python -m specdec_lib.train drafts     # retrains only the draft and draft B against the saved target",
         "```",
         "",
     ]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -24,6 +25,7 @@ from tqdm.auto import tqdm
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from ..modeling import lm_head_logits
+from .tokenizer_training import save_tokenizer
 
 
 @dataclass(frozen=True)
@@ -71,8 +73,22 @@ def build_model(spec: ModelSpec, vocab_size: int, eos_token_id: int, seed: int) 
     return model
 
 
+def save_model(model: LlamaForCausalLM, tokenizer, folder: Path) -> None:
+    """Weights in fp16 on disk (half the bytes; reloaded as fp32 they give the same greedy text), and the tokenizer.
+
+    The model stays in memory with the fp16-rounded weights, so later stages (distillation from the target,
+    validation) use exactly the weights that ship."""
+    folder.mkdir(parents=True, exist_ok=True)
+    model.to(torch.float16).save_pretrained(folder)
+    model.to(torch.float32)
+    save_tokenizer(tokenizer, folder)
+
+
 def sample_windows(tokens: torch.Tensor, batch_size: int, length: int, generator: torch.Generator) -> torch.Tensor:
     """``batch_size`` random windows of ``length`` tokens: LongTensor[B, length]."""
+    if tokens.numel() <= length:
+        raise ValueError(f"a training stream of {tokens.numel()} tokens is too short for windows of {length} tokens "
+                         "(the context + 1): train on more text or with a shorter context.")
     starts = torch.randint(0, tokens.numel() - length, (batch_size,), generator=generator)
     return torch.stack([tokens[s : s + length] for s in starts.tolist()]).long()
 

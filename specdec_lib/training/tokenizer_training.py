@@ -87,6 +87,8 @@ def save_tokenizer(tokenizer: PreTrainedTokenizerFast, folder: Path) -> None:
     config = json.loads(config_path.read_text())
     config["tokenizer_class"] = "PreTrainedTokenizerFast"
     config["clean_up_tokenization_spaces"] = False
+    for loading_flag in ("is_local", "local_files_only"):  # how a loaded tokenizer was found, not what it is
+        config.pop(loading_flag, None)
     config_path.write_text(json.dumps(config, indent=2) + "\n")
 
 
