@@ -104,7 +104,7 @@ def my_verify_greedy(learner: Any) -> CheckReport:
 
 def _speedup_cases() -> list[Case]:
     """``(alpha, gamma, c)`` triples; expected: `theory.expected_speedup`."""
-    triples = [("alpha 0.64, gamma 4, c 0.075 (the notebook's pair)", 0.64, 4, 0.075),
+    triples = [("alpha 0.78, gamma 4, c 0.075 (the notebook's pair)", 0.78, 4, 0.075),
                ("alpha 0.8, gamma 1, c 0.05", 0.8, 1, 0.05), ("alpha 0.3, gamma 8, c 0.2", 0.3, 8, 0.2),
                ("gamma 0: no drafts", 0.5, 0, 0.1), ("alpha 0: nothing accepted", 0.0, 3, 0.1),
                ("alpha 1: every draft accepted (the target as its own draft)", 1.0, 4, 1.0)]
@@ -158,7 +158,8 @@ BEST_GAMMA_GAP = {
          "down. (The loop's own work per round, the other cost the formula leaves out, adds to the gap; on a busy CPU "
          "the measured best also moves between neighbouring γ from run to run.)",
     "c": "Acceptance is indeed not independent from position to position, but section 5 showed the mean acceptance "
-         "length within 0.1 token of the theory at every γ: the counts agree, the gap is in the cost.",
+         "length within about 0.3 token (under 7 %) of the theory at every γ, while the measured speed-ups fall "
+         "a fifth to a third short of it: the counts nearly agree, most of the gap is in the cost.",
     "d": "The formula counts it: the +1 in the exponent γ + 1 (and the 1 in 1 + α + ... + α^γ) is the recovered or "
          "bonus token every round adds.",
 }

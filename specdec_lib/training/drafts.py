@@ -12,6 +12,8 @@ Both drafts exist to be *accepted* by the target, so both end on text the target
 
 `python -m specdec_lib.train` runs this stage inside the whole pipeline; ``python -m specdec_lib.train drafts``
 re-runs it alone against the shipped target (`retrain_drafts`), on exactly the corpus the family was trained on.
+Every function takes the family's spec as ``spec``, a ``specdec_lib.train.FamilySpec`` (not imported here: ``train``
+imports this module).
 Every checkpoint before a later phase is saved to the work folder, so the card can show what each phase bought.
 """
 from __future__ import annotations
@@ -19,7 +21,6 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 from transformers import AutoTokenizer, LlamaForCausalLM
@@ -29,16 +30,13 @@ from .model_training import ModelSpec, build_model, save_model, train_model, val
 from .target_text import retokenize_stream, target_text_stream
 from .tokenizer_training import tokenize_texts
 
-if TYPE_CHECKING:
-    from ..train import FamilySpec
-
 #: the work-folder checkpoints of the draft before its later phases, in training order, and what each had learnt
 #: (measured by ``train.measure_family`` for the draft's card)
 DRAFT_CHECKPOINTS = {"draft_corpus_only": "corpus only",
                      "draft_corpus_distilled": "corpus, then distillation on corpus windows"}
 
 
-def generate_target_text(spec: FamilySpec, target: LlamaForCausalLM, tokens_a: torch.Tensor) -> tuple[torch.Tensor, dict]:
+def generate_target_text(spec, target: LlamaForCausalLM, tokens_a: torch.Tensor) -> tuple[torch.Tensor, dict]:
     """The target's own text for the drafts' last phase: (stream in tokenizer A, summary with its size and seconds)."""
     text = spec.draft_target_text
     started = time.perf_counter()
@@ -54,7 +52,7 @@ def _steps_only(spec: ModelSpec, steps: int = 0, distill_steps: int = 0) -> Mode
     return ModelSpec(**{**spec.__dict__, "steps": steps, "distill_steps": distill_steps})
 
 
-def train_draft(spec: FamilySpec, tok_a, tokens_a: torch.Tensor, target: LlamaForCausalLM, work_dir: Path,
+def train_draft(spec, tok_a, tokens_a: torch.Tensor, target: LlamaForCausalLM, work_dir: Path,
                 log: list, target_text: torch.Tensor | None = None) -> tuple[LlamaForCausalLM, dict]:
     """The draft on tokenizer A, in three phases:
 
@@ -80,7 +78,7 @@ def train_draft(spec: FamilySpec, tok_a, tokens_a: torch.Tensor, target: LlamaFo
     return draft, summaries
 
 
-def train_draft_b(spec: FamilySpec, tok_b, tokens_b: torch.Tensor, log: list,
+def train_draft_b(spec, tok_b, tokens_b: torch.Tensor, log: list,
                   target_text_b: torch.Tensor | None = None) -> tuple[LlamaForCausalLM, dict]:
     """Draft B on tokenizer B: ``spec.draft_b.steps`` next-token steps on the corpus, then, with ``target_text_b``
     (the target's text re-tokenised with B, `retokenize_stream`), ``spec.draft_target_text.steps``
@@ -95,7 +93,7 @@ def train_draft_b(spec: FamilySpec, tok_b, tokens_b: torch.Tensor, log: list,
     return draft_b, summaries
 
 
-def train_drafts(spec: FamilySpec, tokenizers: dict, tokens: dict, target: LlamaForCausalLM, work_dir: Path,
+def train_drafts(spec, tokenizers: dict, tokens: dict, target: LlamaForCausalLM, work_dir: Path,
                  log: list) -> tuple[dict, dict]:
     """Both drafts against ``target``: generate the target's text once (when ``spec.draft_target_text`` asks for
     it), then `train_draft` and `train_draft_b`. tokenizers / tokens: ``{"a": ..., "b": ...}`` (training streams).
@@ -110,7 +108,7 @@ def train_drafts(spec: FamilySpec, tokenizers: dict, tokens: dict, target: Llama
     return {"draft": draft, "draft_b": draft_b}, {**summaries, **draft_summaries, **draft_b_summaries}
 
 
-def shipped_corpus(spec: FamilySpec, models_dir: Path) -> tuple[list[str], list[str]]:
+def shipped_corpus(spec, models_dir: Path) -> tuple[list[str], list[str]]:
     """(train texts, validation texts) of this interpreter's standard library, refused unless they are exactly
     the corpus the shipped family was trained on (same sha256 as its manifest)."""
     train_files, val_files = split_files(collect_stdlib_sources(max_files=spec.max_files))
@@ -125,7 +123,7 @@ def shipped_corpus(spec: FamilySpec, models_dir: Path) -> tuple[list[str], list[
     return [f.text for f in train_files], [f.text for f in val_files]
 
 
-def retrain_drafts(spec: FamilySpec, models_dir: Path, work_dir: Path) -> dict:
+def retrain_drafts(spec, models_dir: Path, work_dir: Path) -> dict:
     """Re-run the drafts' stage (`train_drafts`) against the shipped target and tokenizers, on the shipped corpus,
     and record it (`ship_drafts`). The target, the heads and EAGLE are untouched. Returns the training report."""
     torch.set_num_threads(spec.threads)
@@ -139,7 +137,7 @@ def retrain_drafts(spec: FamilySpec, models_dir: Path, work_dir: Path) -> dict:
     return ship_drafts(drafts, tokenizers, summaries, log, val_texts, spec, models_dir)
 
 
-def ship_drafts(drafts: dict, tokenizers: dict, summaries: dict, log: list, val_texts: list[str], spec: FamilySpec,
+def ship_drafts(drafts: dict, tokenizers: dict, summaries: dict, log: list, val_texts: list[str], spec,
                 models_dir: Path) -> dict:
     """Save retrained drafts into the family and record them: their summaries and validation losses in
     ``training_report.json``, their log lines in ``training_log.jsonl`` (replacing the old drafts' lines).
