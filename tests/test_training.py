@@ -10,6 +10,7 @@ from specdec_lib.models import load_model_folder
 from specdec_lib.paths import EMBEDDED_MODEL_NAMES, REPO_DATA_DIR
 from specdec_lib.baseline import autoregressive_generate
 from specdec_lib.train import QUICK, train_family
+from specdec_lib.train import main as train_main
 from specdec_lib.training.drafts import ship_drafts, shipped_corpus
 from specdec_lib.training.target_text import retokenize_stream, target_text_stream
 from specdec_lib.training.cards import render_card
@@ -180,3 +181,10 @@ def test_target_text_is_the_same_text_in_the_other_tokenizer(quick_family):
     pieces = tok_b.decode(stream_b.tolist()).split(tok_b.eos_token)
     assert pieces == [*texts, ""]  # each text once, EOS after each, in B's ids
     assert stream_b.tolist() != stream_a.tolist()
+
+
+def test_the_drafts_command_refuses_a_folder_without_a_family(tmp_path, capsys):
+    with pytest.raises(SystemExit) as stop:
+        train_main(["drafts", "--models", str(tmp_path)])
+    assert stop.value.code == 2
+    assert "no target/config.json there" in capsys.readouterr().err
