@@ -63,15 +63,16 @@ def train_draft(spec, tok_a, tokens_a: torch.Tensor, target: LlamaForCausalLM, w
 
     tokens_a: tokenizer A's training stream (1-D). Returns the draft and the training report's summaries
     ``draft_corpus_only``, ``draft`` (phase 2) and ``draft_target_text`` (phase 3)."""
+    corpus_only, corpus_distilled = DRAFT_CHECKPOINTS  # the checkpoints' folder names, in order
     draft = build_model(spec.draft, len(tok_a), tok_a.eos_token_id, spec.seed + 1)
     summaries = {"draft_corpus_only": train_model(draft, _steps_only(spec.draft, steps=spec.draft.steps), tokens_a,
                                                   seed=spec.seed + 1, name="draft", log=log)}
-    save_model(draft, tok_a, work_dir / "draft_corpus_only")
+    save_model(draft, tok_a, work_dir / corpus_only)
     if spec.draft.distill_steps:
         summaries["draft"] = train_model(draft, _steps_only(spec.draft, distill_steps=spec.draft.distill_steps),
                                          tokens_a, seed=spec.seed + 2, name="draft", teacher=target, log=log)
     if target_text is not None:
-        save_model(draft, tok_a, work_dir / "draft_corpus_distilled")
+        save_model(draft, tok_a, work_dir / corpus_distilled)
         summaries["draft_target_text"] = train_model(
             draft, _steps_only(spec.draft, distill_steps=spec.draft_target_text.steps), target_text,
             seed=spec.seed + 6, name="draft_target_text", teacher=target, log=log)
