@@ -4,7 +4,8 @@ Stages (each logged, seeded): collect the stdlib corpus and write its manifest �
 train tokenizers A and B → tokenise → train a shallow base target (with an early-exit
 loss) → grow it three times deeper and continue training it (depth up-scaling,
 :mod:`specdec_lib.training.depth_growth`; the early-exit loss moves to the matching
-shallow layer) → the drafts (:mod:`specdec_lib.training.drafts`): the target writes
+shallow layer) → fine-tune it against its own greedy loops (unlikelihood training,
+:mod:`specdec_lib.training.unlikelihood`) → the drafts (:mod:`specdec_lib.training.drafts`): the target writes
 greedy continuations of corpus windows; the draft trains on the corpus, is distilled from
 the target on corpus windows, then on the target's text; draft B trains on the corpus,
 then on the target's text in tokenizer B → measure every model and write the cards
@@ -15,7 +16,9 @@ target, which is exactly what the base stage trains). ``--quick`` trains tiny ve
 on a slice of the corpus in seconds: the pipeline's own test uses it. Training steps for
 extra heads on the frozen target are kept out of this pipeline on purpose, so that they
 can be added without retraining the family; ``python -m specdec_lib.train drafts``
-re-runs the drafts' stage alone against the shipped target.
+re-runs the drafts' stage alone against the shipped target, and ``python -m
+specdec_lib.train unlikelihood`` applies the unlikelihood stage alone to the shipped
+target (after it, retrain the drafts and the heads: both were fitted to the old target).
 """
 from __future__ import annotations
 
@@ -36,10 +39,11 @@ from .training.corpus import collect_stdlib_sources, corpus_manifest, split_file
 from .training.depth_growth import grow_depth
 from .training.heads import main as train_heads
 from .training.measure import (distinct_4gram_share, encode_prompts, forward_cost, greedy_agreement,
-                               greedy_continuations)
-from .training.drafts import DRAFT_CHECKPOINTS, retrain_drafts, train_drafts
+                               greedy_continuations, heldout_distinct_4gram_shares)
+from .training.drafts import DRAFT_CHECKPOINTS, retrain_drafts, shipped_corpus, train_drafts
 from .training.model_training import ModelSpec, build_model, save_model, train_model, validation_loss
 from .training.target_text import TargetTextSpec
+from .training.unlikelihood import UnlikelihoodSpec, apply_to_shipped_target, train_unlikelihood
 from .training.tokenizer_training import (
     tokenize_texts,
     train_tokenizer_a,
@@ -63,6 +67,7 @@ class FamilySpec:
     draft: ModelSpec
     draft_b: ModelSpec
     draft_target_text: TargetTextSpec | None = None  # a last distillation phase on text the target wrote
+    target_unlikelihood: UnlikelihoodSpec | None = None  # the target's last stage: fewer greedy loops
     max_files: int | None = None
     seed: int = 1234
     threads: int = 2
@@ -77,10 +82,12 @@ FULL = FamilySpec(
     target=ModelSpec(layers=24, hidden=192, intermediate=512, heads=4, context=512, steps=480, batch_size=6,
                      learning_rate=1e-3, warmup_steps=40, early_exit_layer=4, early_exit_weight=0.3),
     draft=ModelSpec(layers=1, hidden=192, intermediate=512, heads=4, context=512, steps=1000, batch_size=6,
-                    learning_rate=3e-3, distill_steps=1500),
+                    learning_rate=3e-3, distill_steps=1000),
     draft_b=ModelSpec(layers=1, hidden=192, intermediate=512, heads=4, context=512, steps=1000, batch_size=6,
                       learning_rate=3e-3),
     draft_target_text=TargetTextSpec(sequences=4096, prompt_tokens=64, new_tokens=96, batch_size=128, steps=700),
+    target_unlikelihood=UnlikelihoodSpec(steps=60, learning_rate=1e-4, warmup_steps=10, weight=0.5, prompts=8,
+                                         prompt_tokens=64, new_tokens=64),
 )
 
 QUICK = FamilySpec(
@@ -95,6 +102,8 @@ QUICK = FamilySpec(
     draft_b=ModelSpec(layers=1, hidden=32, intermediate=64, heads=2, context=64, steps=3, batch_size=2,
                       learning_rate=1e-3, warmup_steps=1),
     draft_target_text=TargetTextSpec(sequences=8, prompt_tokens=8, new_tokens=16, batch_size=4, steps=2),
+    target_unlikelihood=UnlikelihoodSpec(steps=2, learning_rate=1e-4, warmup_steps=1, weight=0.5, prompts=2,
+                                         prompt_tokens=8, new_tokens=12),
     max_files=12,
 )
 
@@ -148,6 +157,11 @@ def train_family(spec: FamilySpec, out_dir: Path, work_dir: Path, grow_from: Pat
     base, summaries["target_base"] = _base_target(spec, tok_a, data["a"][0], work_dir, grow_from, log)
     target = grow_depth(base, spec.target, spec.seed)
     summaries["target"] = train_model(target, spec.target, data["a"][0], seed=spec.seed + 4, name="target", log=log)
+    val_before_unlikelihood = {}
+    if spec.target_unlikelihood is not None:
+        val_before_unlikelihood["target_before_unlikelihood"] = validation_loss(target, data["a"][1], spec.target.context)
+        summaries["target_unlikelihood"] = train_unlikelihood(target, spec.target_unlikelihood, spec.target,
+                                                              data["a"][0], seed=spec.seed + 8, log=log)
     save_model(target, tok_a, out_dir / "target")
 
     drafts, draft_summaries = train_drafts(spec, {"a": tok_a, "b": tok_b}, {"a": data["a"][0], "b": data["b"][0]},
@@ -164,6 +178,7 @@ def train_family(spec: FamilySpec, out_dir: Path, work_dir: Path, grow_from: Pat
                                              exit_layer=spec.target.early_exit_layer),
         "draft": validation_loss(draft, data["a"][1], spec.draft.context),
         "draft_b": validation_loss(draft_b, data["b"][1], spec.draft_b.context),
+        **val_before_unlikelihood,
     }
     val_bytes = manifest["validation_bytes"]
     report = {
@@ -192,7 +207,8 @@ def _saved_base_folder(models_dir: Path, work_dir: Path) -> Path | None:
 
 
 def measure_family(models_dir: Path, work_dir: Path, threads: int = 2) -> dict:
-    """Measure the saved family (costs, c, greedy agreement per prompt set) and write ``measurements.json``.
+    """Measure the saved family (costs, c, greedy agreement per prompt set, how much the target and its base loop on
+    the prompt sets and on held-out windows) and write ``measurements.json``.
 
     Timings are only meaningful on a quiet machine: run this with nothing else busy.
     """
@@ -224,15 +240,23 @@ def measure_family(models_dir: Path, work_dir: Path, threads: int = 2) -> dict:
         "models": models,
         "agreement": agreement,
     }
+    looping = {"target": target}  # a deeper target must not loop more than the base it grew from: looping inflates α
     base = _saved_base_folder(models_dir, work_dir)
-    if base is not None:  # a deeper target must not loop more than the base it grew from: looping inflates α
-        base_model, _ = load_model_folder(base, device=device)
+    if base is not None:
+        looping["target_base"], _ = load_model_folder(base, device=device)
         measurements["target_base"] = {
             "folder": base.name,
             "distinct_4gram_share": {
-                task: distinct_4gram_share(greedy_continuations(base_model, encode_prompts(target_tok, texts, device)))
+                task: distinct_4gram_share(greedy_continuations(looping["target_base"],
+                                                                encode_prompts(target_tok, texts, device)))
                 for task, texts in prompts.items()},
         }
+    before = work_dir / "target_before_unlikelihood"  # saved by `train unlikelihood`: how much the stage changed
+    if (before / "config.json").is_file():
+        looping["target_before_unlikelihood"], _ = load_model_folder(before, device=device)
+    _, val_texts = shipped_corpus(FULL, models_dir)
+    measurements["heldout_distinct_4gram_share"] = heldout_distinct_4gram_shares(
+        looping, tokenize_texts(target_tok, val_texts).to(device))
     checkpoints = {}
     for folder in DRAFT_CHECKPOINTS:  # the draft before each of its later phases (`training.drafts.train_draft`)
         if (work_dir / folder / "config.json").is_file():
@@ -245,20 +269,37 @@ def measure_family(models_dir: Path, work_dir: Path, threads: int = 2) -> dict:
     return measurements
 
 
-def _drafts_main(argv: list[str]) -> None:
-    """``python -m specdec_lib.train drafts``: the drafts' stage alone, against the shipped target, then measure."""
-    parser = argparse.ArgumentParser(prog="python -m specdec_lib.train drafts",
-                                     description="Retrain only the draft and draft B against the shipped target "
-                                                 "(specdec_lib.training.drafts: corpus, distillation, the target's own "
-                                                 "text), then re-measure the family and rewrite the cards. The target, "
-                                                 "the heads and EAGLE are untouched.")
+def _stage_arguments(argv: list[str], command: str, description: str, work_help: str) -> argparse.Namespace:
+    """The options of a command that re-runs one stage on the shipped family: ``--models`` (checked to hold a
+    target) and ``--work``."""
+    parser = argparse.ArgumentParser(prog=f"python -m specdec_lib.train {command}", description=description)
     parser.add_argument("--models", type=Path, default=REPO_DATA_DIR / "models", help="the family's folder")
-    parser.add_argument("--work", type=Path, default=Path("runs"), help="intermediate checkpoints (not committed)")
+    parser.add_argument("--work", type=Path, default=Path("runs"), help=work_help)
     args = parser.parse_args(argv)
     if not (args.models / "target" / "config.json").is_file():
         parser.error(f"--models {args.models}: no target/config.json there; point it at the family's folder")
+    return args
+
+
+def _drafts_main(argv: list[str]) -> None:
+    """``python -m specdec_lib.train drafts``: the drafts' stage alone, against the shipped target, then measure."""
+    args = _stage_arguments(argv, "drafts",
+                            "Retrain only the draft and draft B against the shipped target "
+                            "(specdec_lib.training.drafts: corpus, distillation, the target's own text), then "
+                            "re-measure the family and rewrite the cards. The target, the heads and EAGLE are "
+                            "untouched.", "intermediate checkpoints (not committed)")
     retrain_drafts(FULL, args.models, args.work)
     print(json.dumps(measure_family(args.models, args.work), indent=2), flush=True)
+
+
+def _unlikelihood_main(argv: list[str]) -> None:
+    """``python -m specdec_lib.train unlikelihood``: the target's unlikelihood stage alone, on the shipped target."""
+    args = _stage_arguments(argv, "unlikelihood",
+                            "Fine-tune the shipped target against its own greedy loops "
+                            "(specdec_lib.training.unlikelihood), the pipeline's last target stage, and record it in "
+                            "the training report. Then retrain the drafts (train drafts) and the heads (train "
+                            "heads): they were fitted to the old target.", "where the target before the stage is saved")
+    apply_to_shipped_target(FULL, args.models, args.work)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -267,6 +308,8 @@ def main(argv: list[str] | None = None) -> None:
         return train_heads(argv[1:])
     if argv[:1] == ["drafts"]:
         return _drafts_main(argv[1:])
+    if argv[:1] == ["unlikelihood"]:
+        return _unlikelihood_main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m specdec_lib.train", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog="python -m specdec_lib.train heads [--quick] trains Medusa heads and an "

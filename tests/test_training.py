@@ -18,7 +18,8 @@ from specdec_lib.training.corpus import SourceFile, split_files
 from specdec_lib.training.depth_growth import grow_depth, grown_layer_index
 from specdec_lib.modeling import lm_head_logits
 from specdec_lib.training.model_training import ModelSpec, build_model
-from specdec_lib.training.measure import forward_cost, greedy_agreement, greedy_continuations
+from specdec_lib.training.measure import (forward_cost, greedy_agreement, greedy_continuations,
+                                          heldout_distinct_4gram_shares)
 from specdec_lib.training.tokenizer_training import train_tokenizer_a, train_tokenizer_b
 
 TRICKY_TEXT = "x = 'héllo ✓ 日本'\n    def   f(a,\tb):\n\t\treturn a  +  b  \n\n\n# ▁done\r\n"
@@ -47,8 +48,10 @@ def test_every_model_is_saved_in_transformers_format_and_reloads(quick_family):
 def test_training_lowers_the_loss_and_reports_it(quick_family):
     out, report = quick_family
     assert set(report["validation_loss_nats_per_token"]) == {"target_base", "target", "target_early_exit", "draft",
-                                                             "draft_b"}
+                                                             "draft_b", "target_before_unlikelihood"}
     log = [json.loads(line) for line in (out / "training_log.jsonl").read_text().splitlines()]
+    assert any(row["model"] == "target" and row["phase"] == "unlikelihood" for row in log)  # the target's last stage
+    assert report["training"]["target_unlikelihood"]["unlikelihood_steps"] == QUICK.target_unlikelihood.steps
     assert {row["model"] for row in log} == {"target_base", "target", "draft", "draft_target_text", "draft_b",
                                              "draft_b_target_text"}
     assert any(row["phase"] == "distill" and row["model"] == "draft" for row in log)  # distilled from the target
@@ -87,6 +90,22 @@ def test_measurements_run_on_saved_models(quick_family):
     result = greedy_agreement(target, continuations)  # a model always agrees with itself
     assert result["alpha"] == 1.0 and result["positions"] == 8
     assert 0.0 <= greedy_agreement(draft, continuations)["alpha"] <= 1.0
+    # α split by whether the target was repeating itself: the two parts add up to the whole
+    split = greedy_agreement(draft, continuations)
+    repeats = split["repeat_positions"]
+    parts = [(share, n) for share, n in ((split["alpha_in_repeats"], repeats), (split["alpha_fresh"], 8 - repeats))
+             if share is not None]
+    assert sum(share * n for share, n in parts) / 8 == pytest.approx(split["alpha"], abs=1e-3)
+
+
+def test_heldout_looping_is_measured_against_the_texts_own_repeats(quick_family):
+    out, _ = quick_family
+    target, _ = load_model_folder(out / "target", device="cpu")
+    stream = torch.tensor([5, 6, 7, 8] * 40)  # text that does nothing but repeat one 4-gram
+    shares = heldout_distinct_4gram_shares({"target": target}, stream, windows=3, prompt_tokens=8, new_tokens=12)
+    assert set(shares) == {"target", "held-out text"}
+    assert shares["held-out text"] == pytest.approx(4 / 9, abs=1e-4)  # 4 distinct of 9 4-grams in 12 tokens
+    assert 0.0 < shares["target"] <= 1.0
 
 
 def _tiny_spec(layers: int, hidden: int = 32, **changes) -> ModelSpec:

@@ -117,6 +117,19 @@ def render_card(name: str, report: dict, measurements: dict, manifest: dict, con
         f"- final training loss (moving average): {training['lm_final']['loss']:.3f} nats/token"
         + (f"; early-exit head: {training['lm_final']['exit_loss']:.3f}" if "exit_loss" in training["lm_final"] else ""),
     ]
+    if name == "target" and "target_unlikelihood" in report["training"]:
+        stage, ul_spec = report["training"]["target_unlikelihood"], report["training"]["target_unlikelihood"]["spec"]
+        afterwards = (" It was applied to the trained target afterwards by `python -m specdec_lib.train unlikelihood`, "
+                      "and the drafts and heads were retrained against the result."
+                      if report.get("target_unlikelihood_applied_afterwards") else "")
+        lines.append(
+            f"- stage 4, fewer loops (unlikelihood training, `training/unlikelihood.py`): {stage['unlikelihood_steps']} "
+            f"steps, each the next-token loss on a corpus batch plus {ul_spec['weight']} × −log(1 − p) of every token "
+            f"of a repeated {ul_spec['ngram']}-gram in the target's own greedy continuations ({ul_spec['prompts']} "
+            f"windows of {ul_spec['prompt_tokens']} tokens continued for {ul_spec['new_tokens']}), peak learning rate "
+            f"{ul_spec['learning_rate']}, {stage['seconds'] / 60:.1f} min; validation loss "
+            f"{val['target_before_unlikelihood']:.3f} before, {val[name]:.3f} after (how much less it loops: "
+            f"Results).{afterwards}")
     if name == "draft" and "draft" in report["training"]:
         distill = report["training"]["draft"]
         lines.append(
@@ -174,12 +187,19 @@ def render_card(name: str, report: dict, measurements: dict, manifest: dict, con
             shares += "; the base it grew from: " + ", ".join(
                 f"{share:.2f} {task}" for task, share in measurements["target_base"]["distinct_4gram_share"].items())
         lines.append(f"| distinct 4-gram share of its greedy continuations (1.0 = never repeats) | {shares} |")
+        if "heldout_distinct_4gram_share" in measurements:
+            heldout = measurements["heldout_distinct_4gram_share"]
+            lines.append("| the same share on 64 random held-out windows, each continued for 96 tokens | "
+                         + ", ".join(f"{share:.2f} {who.replace('_', ' ')}" for who, share in heldout.items()) + " |")
     if name in ("draft", "draft_b"):
         lines.append(f"| cost ratio c = draft forward / target forward | {m['c']:.3f} |")
     if name == "draft":
         for task, result in measurements["agreement"].items():
+            split = (f"; {result['alpha_in_repeats']:.3f} inside the target's repeated 4-grams "
+                     f"({result['repeat_positions']} positions), {result['alpha_fresh']:.3f} elsewhere"
+                     if result.get("alpha_in_repeats") is not None and result.get("alpha_fresh") is not None else "")
             lines.append(f"| greedy agreement α with the target, {task} prompts | {result['alpha']:.3f} "
-                         f"({result['positions']} positions) |")
+                         f"({result['positions']} positions{split}) |")
         saved = measurements.get("draft_checkpoints", {})
         checkpoints = [(label, saved[folder]) for folder, label in DRAFT_CHECKPOINTS.items() if folder in saved]
         if checkpoints:
@@ -213,6 +233,8 @@ def render_card(name: str, report: dict, measurements: dict, manifest: dict, con
         "python -m specdec_lib.train            # trains the whole family into data/models/ and measures it",
         "python -m specdec_lib.train --measure   # re-measures the saved models and rewrites these cards",
         "python -m specdec_lib.train drafts     # retrains only the draft and draft B against the saved target",
+        "python -m specdec_lib.train unlikelihood  # only the target's last stage, on a saved target (then retrain"
+        " the drafts and heads)",
         "```",
         "",
     ]

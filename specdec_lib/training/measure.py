@@ -12,7 +12,10 @@ These are the numbers the model cards report and the course builds on:
   per-token acceptance probability of greedy speculative decoding (the α of the
   theory); the measured acceptance rate of a run with draft length γ follows from it.
 - **distinct 4-gram share** of the target's continuations: tiny models loop, and a
-  looping target inflates acceptance, so the cards show how much it loops.
+  looping target inflates acceptance, so the cards show how much it loops, on the prompt
+  sets and on random held-out windows next to the held-out text's own share
+  (`heldout_distinct_4gram_shares`), and α is split into positions inside a repeated
+  4-gram and fresh ones (a repeat is far easier to guess).
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ..baseline import autoregressive_generate
+from ..batching import batched_autoregressive_generate
 from ..devices import synchronize
 from ..modeling import forward_with_cache
 from ..kv_cache import crop_cache, new_cache
@@ -65,35 +69,85 @@ def greedy_agreement(draft: PreTrainedModel, continuations: list[GenerationResul
 
     ``continuations`` come from `greedy_continuations`; the draft reads each prompt + continuation in one
     forward, and at every continuation position its argmax is compared with the token the target chose there.
-    Returns ``{"alpha", "per_prompt", "positions", "distinct_4gram_share"}`` (the last describes the target's
-    continuations: 1.0 means they never repeat a 4-gram).
+    Returns ``{"alpha", "per_prompt", "positions", "distinct_4gram_share", "alpha_in_repeats", "alpha_fresh",
+    "repeat_positions"}``: the share of distinct 4-grams describes the target's continuations (1.0 means they never
+    repeat one); ``alpha_in_repeats`` is α at the positions inside a repeated 4-gram of the continuation
+    (`repeated_ngram_mask`, ``repeat_positions`` of them), ``alpha_fresh`` α everywhere else (None where there are
+    no such positions).
     """
-    matches = positions = 0
+    hits, in_repeats = [], []
     per_prompt = []
     for result in continuations:
         sequence, start = result.sequence, result.prompt_length
         draft_logits = forward_with_cache(draft, sequence[:, :-1], None)[0]  # [T + N - 1, V]
         draft_choice = draft_logits[start - 1 :].argmax(-1)  # [N]: the draft's guess for each new token
-        hit = (draft_choice == sequence[0, start:]).sum().item()
-        n = sequence.shape[1] - start
-        matches, positions = matches + hit, positions + n
-        per_prompt.append(round(hit / n, 3))
+        hit = draft_choice == sequence[0, start:]  # [N]
+        hits.append(hit)
+        in_repeats.append(repeated_ngram_mask(sequence[:, start:], 4)[0])
+        per_prompt.append(round(hit.float().mean().item(), 3))
+    hit, repeat = torch.cat(hits), torch.cat(in_repeats)
+
+    def share(selected: torch.Tensor) -> float | None:
+        return round(hit[selected].float().mean().item(), 4) if selected.any() else None
     return {
-        "alpha": round(matches / positions, 4),
+        "alpha": round(hit.float().mean().item(), 4),
         "per_prompt": per_prompt,
-        "positions": positions,
+        "positions": hit.numel(),
         "distinct_4gram_share": distinct_4gram_share(continuations),
+        "alpha_in_repeats": share(repeat),
+        "alpha_fresh": share(~repeat),
+        "repeat_positions": int(repeat.sum()),
     }
+
+
+def repeated_ngram_mask(continuations: torch.Tensor, ngram: int) -> torch.Tensor:
+    """Which tokens belong to an ``ngram``-gram that already occurred earlier in the same row.
+
+    continuations: LongTensor[B, N]. Returns BoolTensor[B, N]: True at every token of each repeated occurrence
+    (all ``ngram`` tokens of it), False elsewhere (a first occurrence stays False)."""
+    mask = torch.zeros(continuations.shape, dtype=torch.bool)
+    for row, tokens in enumerate(continuations.tolist()):
+        seen = set()
+        for end in range(ngram, len(tokens) + 1):
+            gram = tuple(tokens[end - ngram : end])
+            if gram in seen:
+                mask[row, end - ngram : end] = True
+            seen.add(gram)
+    return mask
 
 
 def distinct_4gram_share(continuations: list[GenerationResult]) -> float:
     """Distinct 4-grams / all 4-grams of the new tokens, counted per continuation and pooled: 1.0 = no repeats."""
+    return _distinct_4gram_share_of_rows([result.new_token_list for result in continuations])
+
+
+def _distinct_4gram_share_of_rows(rows: list[list[int]]) -> float:
+    """Distinct 4-grams / all 4-grams, counted per row of token ids and pooled."""
     distinct = total = 0
-    for result in continuations:
-        tokens = result.new_token_list
+    for tokens in rows:
         grams = [tuple(tokens[i : i + 4]) for i in range(max(0, len(tokens) - 3))]
         distinct, total = distinct + len(set(grams)), total + len(grams)
     return round(distinct / max(1, total), 4)
+
+
+def heldout_distinct_4gram_shares(models: dict[str, PreTrainedModel], tokens: torch.Tensor, *, windows: int = 64,
+                                  prompt_tokens: int = 64, new_tokens: int = 96, seed: int = 7) -> dict[str, float]:
+    """How much each model loops on text it never trained on, next to how much that text repeats itself.
+
+    tokens: a held-out token stream (1-D, the tokenizer all ``models`` share). ``windows`` random windows of
+    ``prompt_tokens + new_tokens`` tokens are cut from it (seeded); each model continues every prompt greedily for
+    ``new_tokens`` tokens (batched). Returns ``{name: share, ..., "held-out text": share}``, the last being the
+    share of the windows' own next ``new_tokens`` tokens: real code repeats too, so that is the reference."""
+    generator = torch.Generator().manual_seed(seed)
+    starts = torch.randint(0, tokens.numel() - prompt_tokens - new_tokens, (windows,), generator=generator).tolist()
+    cut = torch.stack([tokens[s : s + prompt_tokens + new_tokens] for s in starts]).long()  # [W, P + N]
+    shares = {}
+    for name, model in models.items():
+        result = batched_autoregressive_generate(model, list(cut[:, :prompt_tokens].to(model.device)),
+                                                 max_new_tokens=new_tokens, eos_token_id=None)
+        shares[name] = _distinct_4gram_share_of_rows(result.tokens)
+    shares["held-out text"] = _distinct_4gram_share_of_rows(cut[:, prompt_tokens:].tolist())
+    return shares
 
 
 def encode_prompts(tokenizer: PreTrainedTokenizerBase, texts: list[str], device: torch.device) -> list[torch.Tensor]:

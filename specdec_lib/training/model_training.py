@@ -101,7 +101,7 @@ def lr_at(step: int, spec: ModelSpec, total: int) -> float:
     return spec.learning_rate * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
-def _lm_loss(model: LlamaForCausalLM, windows: torch.Tensor, spec: ModelSpec) -> tuple[torch.Tensor, dict]:
+def lm_loss(model: LlamaForCausalLM, windows: torch.Tensor, spec: ModelSpec) -> tuple[torch.Tensor, dict]:
     """Next-token CE (+ weighted early-exit CE). windows: [B, T+1]."""
     inputs, labels = windows[:, :-1], windows[:, 1:]
     want_exit = spec.early_exit_layer is not None and spec.early_exit_weight > 0
@@ -168,7 +168,7 @@ def train_model(
                 group["lr"] = lr_at(step, spec, steps)
             windows = sample_windows(tokens, spec.batch_size, spec.context + 1, generator)
             if phase == "lm":
-                loss, parts = _lm_loss(model, windows, spec)
+                loss, parts = lm_loss(model, windows, spec)
             else:
                 loss, parts = _distill_loss(model, teacher, windows)
             optimizer_step(model, optimizer, loss)
