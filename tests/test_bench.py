@@ -874,7 +874,10 @@ def test_results_table_prints_a_bench_document_as_markdown(fake_loading, tmp_pat
     table = capsys.readouterr().out
     assert table.count("\n| ") == len(document["rows"]) + 2  # header, rule, one line per row
     assert "| speculative | 2 |" in table and "ours / lean" in table and "greedy" in table
-    assert results_main([]) == 2
+    for bad, says in (([], "the following arguments are required"), ([str(tmp_path / "none.json")], "no such file")):
+        with pytest.raises(SystemExit) as stop:
+            results_main(bad)
+        assert stop.value.code == 2 and says in capsys.readouterr().err
 
 
 def test_the_readmes_benchmark_tables_are_generated_from_the_bench_json_they_name():

@@ -9,6 +9,7 @@ formats. tests/test_packaging.py checks that the README holds exactly this outpu
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -67,10 +68,15 @@ def results_markdown(paths: Sequence[Path], root: Path | None = None) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    paths = [Path(arg) for arg in (sys.argv[1:] if argv is None else argv)]
-    if not paths:
-        print("usage: python -m specdec_lib.bench.results_table BENCH.json [MORE.json ...]", file=sys.stderr)
-        return 2
+    parser = argparse.ArgumentParser(prog="python -m specdec_lib.bench.results_table",
+                                     description="Print the README's results table of each JSON file written by "
+                                                 "`python -m specdec_lib bench --json PATH`.")
+    parser.add_argument("paths", nargs="+", type=Path, metavar="BENCH.json")
+    paths = parser.parse_args(sys.argv[1:] if argv is None else argv).paths
+    missing = [str(path) for path in paths if not path.is_file()]
+    if missing:
+        parser.error(f"no such file: {', '.join(missing)}; give the JSON files `python -m specdec_lib bench --json "
+                     "PATH` wrote (e.g. data/bench/code-1-thread.json)")
     print(results_markdown(paths))
     return 0
 
