@@ -130,10 +130,10 @@ class FakeCompletions(BaseHTTPRequestHandler):
         for word in ("a", " b", " c")[: body["max_tokens"]]:
             time.sleep(GAP_S)
             self._send(b'data: {"error": "bad"}\n\n' if body["prompt"] == "err" else chunk(word))
+        with cls.lock:  # before the stream ends: once it has, the client may rightly start its next request
+            cls.in_flight -= 1
         self._send(chunk("", "length", 3))
         self._send(b"")
-        with cls.lock:
-            cls.in_flight -= 1
 
 
 @pytest.fixture
