@@ -74,6 +74,10 @@ def test_the_disable_threshold_is_the_last_size_where_speculation_still_paid():
     rows = [{"method": "m", "batch": b, "speedup": s} for b, s in [(1, 1.4), (2, 1.2), (4, 1.05), (8, 0.9), (16, 1.1)]]
     assert batches.choose_threshold(rows, "m") == 4  # 16 paying again by noise does not re-enable it
     assert batches.choose_threshold([{"method": "m", "batch": 1, "speedup": 0.95}], "m") is None
+    # in words: a threshold at the sweep's edge only says it never stopped paying there, None that it never paid
+    assert batches.describe_threshold(4, 16) == "4"
+    assert batches.describe_threshold(16, 16).startswith("at least 16")
+    assert batches.describe_threshold(None, 16).startswith("none")
 
 
 def test_latency_summaries_keep_the_tail_and_the_worst_request():

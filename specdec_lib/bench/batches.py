@@ -134,6 +134,22 @@ def choose_threshold(rows: Sequence[dict], method: str) -> int | None:
     return threshold
 
 
+def describe_threshold(threshold: int | None, largest_batch: int) -> str:
+    """A `choose_threshold` result in words, for a sweep whose largest batch size is ``largest_batch``: a threshold
+    equal to it only says speculation never stopped paying within the sweep, and None that it never paid."""
+    if threshold is None:
+        return "none (slower than plain batching already at the smallest batch size)"
+    if threshold >= largest_batch:
+        return f"at least {threshold} (faster at every batch size swept)"
+    return str(threshold)
+
+
+def describe_thresholds(document: dict) -> str:
+    """Every method's threshold of a batches JSON document, in words (`describe_threshold`)."""
+    largest = max(document["settings"]["batch_sizes"])
+    return ", ".join(f"{name}: {describe_threshold(value, largest)}" for name, value in document["thresholds"].items())
+
+
 def _ms(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds * 1000:.0f}"
 
@@ -155,10 +171,9 @@ def format_rows(rows: Sequence[dict]) -> str:
 def describe_document(document: dict) -> str:
     """One sentence: where and how a batches JSON document was measured, and the thresholds it chose."""
     machine, settings = document["machine"], document["settings"]
-    thresholds = ", ".join(f"{name}: {value}" for name, value in document["thresholds"].items())
     return (f"{describe_machine(machine)}; "
             f"task {settings['task']}, {settings['max_new_tokens']} new tokens per row, {settings['repeats']} "
-            f"repeats, greedy; disable-by-batch-size thresholds {thresholds}")
+            f"repeats, greedy; disable-by-batch-size thresholds {describe_thresholds(document)}")
 
 
 def batches_markdown(document: dict) -> str:
@@ -211,7 +226,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         machine = machine_info(device)
     print(format_rows(rows))
     for name, threshold in thresholds.items():
-        print(f"disable_by_batch_size for {name}: {threshold} (speculate while at most that many rows are active)")
+        print(f"disable_by_batch_size for {name}: {describe_threshold(threshold, max(args.batch_sizes))} "
+              "(speculate while at most that many rows are active)")
     print(f"machine: {machine_summary(machine)}; task {args.task}, {args.max_new_tokens} new tokens per row, "
           f"{args.repeats} interleaved repeats after a warm-up, greedy; speed-up: median over repeats of the "
           "method's tokens/s over the baseline's at the same batch size")
