@@ -315,7 +315,8 @@ def main(argv: list[str] | None = None) -> None:
                                      epilog="python -m specdec_lib.train heads [--quick] trains Medusa heads and an "
                                             "EAGLE layer on the frozen target instead (see its --help); "
                                             "python -m specdec_lib.train drafts retrains only the two drafts against "
-                                            "the shipped target.")
+                                            "the shipped target; python -m specdec_lib.train unlikelihood applies "
+                                            "only the target's unlikelihood stage to the shipped target.")
     parser.add_argument("--out", type=Path, default=REPO_DATA_DIR / "models", help="where the models go (default: data/models)")
     parser.add_argument("--work", type=Path, default=Path("runs"), help="intermediate checkpoints (not committed)")
     parser.add_argument("--quick", action="store_true", help="tiny models on a corpus slice (seconds; for tests)")
