@@ -43,7 +43,7 @@ from .training.measure import (distinct_4gram_share, encode_prompts, forward_cos
 from .training.drafts import DRAFT_CHECKPOINTS, retrain_drafts, shipped_corpus, train_drafts
 from .training.model_training import ModelSpec, build_model, save_model, train_model, validation_loss
 from .training.target_text import TargetTextSpec
-from .training.unlikelihood import UnlikelihoodSpec, apply_to_shipped_target, train_unlikelihood
+from .training.unlikelihood import UnlikelihoodSpec, apply_to_shipped_target, unlikelihood_stage
 from .training.tokenizer_training import (
     tokenize_texts,
     train_tokenizer_a,
@@ -159,9 +159,8 @@ def train_family(spec: FamilySpec, out_dir: Path, work_dir: Path, grow_from: Pat
     summaries["target"] = train_model(target, spec.target, data["a"][0], seed=spec.seed + 4, name="target", log=log)
     val_before_unlikelihood = {}
     if spec.target_unlikelihood is not None:
-        val_before_unlikelihood["target_before_unlikelihood"] = validation_loss(target, data["a"][1], spec.target.context)
-        summaries["target_unlikelihood"] = train_unlikelihood(target, spec.target_unlikelihood, spec.target,
-                                                              data["a"][0], seed=spec.seed + 8, log=log)
+        summaries["target_unlikelihood"], val_before_unlikelihood["target_before_unlikelihood"] = unlikelihood_stage(
+            spec, target, data["a"][0], data["a"][1], log)
     save_model(target, tok_a, out_dir / "target")
 
     drafts, draft_summaries = train_drafts(spec, {"a": tok_a, "b": tok_b}, {"a": data["a"][0], "b": data["b"][0]},

@@ -108,6 +108,16 @@ def train_unlikelihood(target: LlamaForCausalLM, spec: UnlikelihoodSpec, target_
             "seconds": round(time.perf_counter() - start, 1)}
 
 
+def unlikelihood_stage(spec, target: LlamaForCausalLM, tokens: torch.Tensor, val_tokens: torch.Tensor,
+                       log: list) -> tuple[dict, float]:
+    """The family's stage, as both `train.train_family` and `apply_to_shipped_target` run it: the target's
+    validation loss on ``val_tokens`` (1-D) before the stage, then `train_unlikelihood` with the family's spec and
+    seed on ``tokens`` (the training split, 1-D). spec: the family's ``FamilySpec``. Returns (summary, loss before)."""
+    before = validation_loss(target, val_tokens, spec.target.context)
+    summary = train_unlikelihood(target, spec.target_unlikelihood, spec.target, tokens, seed=spec.seed + 8, log=log)
+    return summary, before
+
+
 def apply_to_shipped_target(spec, models_dir: Path, work_dir: Path) -> dict:
     """Run this stage alone on the shipped target (``python -m specdec_lib.train unlikelihood``) and record it.
 
@@ -130,10 +140,8 @@ def apply_to_shipped_target(spec, models_dir: Path, work_dir: Path) -> dict:
     target = LlamaForCausalLM.from_pretrained(models_dir / "target", dtype=torch.float32).eval()
     save_model(target, tokenizer, work_dir / "target_before_unlikelihood")
     tokens, val_tokens = tokenize_texts(tokenizer, train_texts), tokenize_texts(tokenizer, val_texts)
-    before = validation_loss(target, val_tokens, spec.target.context)
     log: list[dict] = []
-    report["training"]["target_unlikelihood"] = train_unlikelihood(target, spec.target_unlikelihood, spec.target,
-                                                                   tokens, seed=spec.seed + 8, log=log)
+    report["training"]["target_unlikelihood"], before = unlikelihood_stage(spec, target, tokens, val_tokens, log)
     save_model(target, tokenizer, models_dir / "target")
     val = report["validation_loss_nats_per_token"]
     val["target_before_unlikelihood"] = round(before, 4)
