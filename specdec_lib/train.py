@@ -160,7 +160,7 @@ def train_family(spec: FamilySpec, out_dir: Path, work_dir: Path, grow_from: Pat
     val_before_unlikelihood = {}
     if spec.target_unlikelihood is not None:
         summaries["target_unlikelihood"], val_before_unlikelihood["target_before_unlikelihood"] = unlikelihood_stage(
-            spec, target, data["a"][0], data["a"][1], log)
+            spec, target, tok_a, data["a"][0], data["a"][1], work_dir, log)
     save_model(target, tok_a, out_dir / "target")
 
     drafts, draft_summaries = train_drafts(spec, {"a": tok_a, "b": tok_b}, {"a": data["a"][0], "b": data["b"][0]},
@@ -250,7 +250,7 @@ def measure_family(models_dir: Path, work_dir: Path, threads: int = 2) -> dict:
                                                                 encode_prompts(target_tok, texts, device)))
                 for task, texts in prompts.items()},
         }
-    before = work_dir / "target_before_unlikelihood"  # saved by `train unlikelihood`: how much the stage changed
+    before = work_dir / "target_before_unlikelihood"  # saved by the unlikelihood stage: how much it changed
     if (before / "config.json").is_file():
         looping["target_before_unlikelihood"], _ = load_model_folder(before, device=device)
     _, val_texts = shipped_corpus(FULL, models_dir)

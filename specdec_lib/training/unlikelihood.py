@@ -37,7 +37,7 @@ from transformers import AutoTokenizer, LlamaForCausalLM
 from ..batching import batched_autoregressive_generate
 from .drafts import shipped_corpus
 from .measure import repeated_ngram_mask
-from .model_training import ModelSpec, lm_loss, lr_at, optimizer_step, sample_windows, save_model, validation_loss
+from .model_training import ModelSpec, lm_loss, optimizer_step, sample_windows, save_model, validation_loss
 from .tokenizer_training import tokenize_texts
 
 
@@ -45,8 +45,8 @@ from .tokenizer_training import tokenize_texts
 class UnlikelihoodSpec:
     """How long and how hard to fine-tune the target against its own loops.
 
-    ``learning_rate`` and ``warmup_steps`` follow the family's schedule (`model_training.lr_at`: warm-up, then
-    cosine decay to 10%); every step generates ``prompts`` continuations of ``new_tokens`` tokens after
+    The learning rate warms up linearly over ``warmup_steps``, then stays at ``learning_rate`` (`learning_rate_at`);
+    every step generates ``prompts`` continuations of ``new_tokens`` tokens after
     ``prompt_tokens``-token windows, and penalises the tokens of repeated ``ngram``-grams."""
 
     steps: int
@@ -57,6 +57,16 @@ class UnlikelihoodSpec:
     prompt_tokens: int
     new_tokens: int
     ngram: int = 4
+
+
+def learning_rate_at(step: int, spec: UnlikelihoodSpec) -> float:
+    """Linear warm-up over ``spec.warmup_steps``, then constant at ``spec.learning_rate``.
+
+    Not the family's cosine schedule (`model_training.lr_at`): over a stage of a few dozen steps the cosine spends
+    half of it below half the peak. Measured on the shipped target (60 steps, peak 1e-4, weight 0.5): with the
+    cosine, the code prompts' distinct 4-gram share reached 0.61 (the 8-layer target it replaces: 0.66); with the
+    constant rate, 0.68 at nearly the same validation loss (3.544 against 3.540)."""
+    return spec.learning_rate * min(1.0, (step + 1) / spec.warmup_steps)
 
 
 def unlikelihood_loss(model: LlamaForCausalLM, sequences: torch.Tensor, prompt_tokens: int,
@@ -86,7 +96,7 @@ def train_unlikelihood(target: LlamaForCausalLM, spec: UnlikelihoodSpec, target_
     running: dict[str, float] = {}
     for step in tqdm(range(spec.steps), desc="target [unlikelihood]", mininterval=5):
         for group in optimizer.param_groups:
-            group["lr"] = lr_at(step, spec, spec.steps)
+            group["lr"] = learning_rate_at(step, spec)
         target.eval()
         prompts = sample_windows(tokens, spec.prompts, spec.prompt_tokens, generator)  # [B, P]
         continuations = torch.tensor(batched_autoregressive_generate(
@@ -108,11 +118,14 @@ def train_unlikelihood(target: LlamaForCausalLM, spec: UnlikelihoodSpec, target_
             "seconds": round(time.perf_counter() - start, 1)}
 
 
-def unlikelihood_stage(spec, target: LlamaForCausalLM, tokens: torch.Tensor, val_tokens: torch.Tensor,
-                       log: list) -> tuple[dict, float]:
-    """The family's stage, as both `train.train_family` and `apply_to_shipped_target` run it: the target's
-    validation loss on ``val_tokens`` (1-D) before the stage, then `train_unlikelihood` with the family's spec and
-    seed on ``tokens`` (the training split, 1-D). spec: the family's ``FamilySpec``. Returns (summary, loss before)."""
+def unlikelihood_stage(spec, target: LlamaForCausalLM, tokenizer, tokens: torch.Tensor, val_tokens: torch.Tensor,
+                       work_dir: Path, log: list) -> tuple[dict, float]:
+    """The family's stage, as both `train.train_family` and `apply_to_shipped_target` run it: the target is saved
+    to ``work_dir/target_before_unlikelihood`` (with ``tokenizer``; `train.measure_family` measures how much it
+    looped) and its validation loss on ``val_tokens`` (1-D) taken, then `train_unlikelihood` runs with the
+    family's spec and seed on ``tokens`` (the training split, 1-D). spec: the family's ``FamilySpec``.
+    Returns (summary, loss before)."""
+    save_model(target, tokenizer, work_dir / "target_before_unlikelihood")
     before = validation_loss(target, val_tokens, spec.target.context)
     summary = train_unlikelihood(target, spec.target_unlikelihood, spec.target, tokens, seed=spec.seed + 8, log=log)
     return summary, before
@@ -138,10 +151,10 @@ def apply_to_shipped_target(spec, models_dir: Path, work_dir: Path) -> dict:
     train_texts, val_texts = shipped_corpus(spec, models_dir)
     tokenizer = AutoTokenizer.from_pretrained(models_dir / "target")
     target = LlamaForCausalLM.from_pretrained(models_dir / "target", dtype=torch.float32).eval()
-    save_model(target, tokenizer, work_dir / "target_before_unlikelihood")
     tokens, val_tokens = tokenize_texts(tokenizer, train_texts), tokenize_texts(tokenizer, val_texts)
     log: list[dict] = []
-    report["training"]["target_unlikelihood"], before = unlikelihood_stage(spec, target, tokens, val_tokens, log)
+    report["training"]["target_unlikelihood"], before = unlikelihood_stage(spec, target, tokenizer, tokens, val_tokens,
+                                                                           work_dir, log)
     save_model(target, tokenizer, models_dir / "target")
     val = report["validation_loss_nats_per_token"]
     val["target_before_unlikelihood"] = round(before, 4)
