@@ -123,12 +123,12 @@ def lookbehind_effect(answer: Any) -> CheckReport:
              "L = 1 .. 16).",
         "b": "Yes. The window decides which committed tokens are re-encoded together with the new text, on the draft's "
              "side and on the target's, so it can change the ids at a boundary and with them alpha, never the output. "
-             "Here alpha barely moves (about 0.66 at L = 1, 0.65 from L = 2 on): boundaries mostly fall between whole "
+             "Here alpha does not move (0.64 for every L from 1 to 16): boundaries mostly fall between whole "
              "words or symbols, where any window splits the same way, and the offset alignment does the rest.",
         "c": "That is gamma (`speculative_generate(..., gamma=...)`), the number of draft tokens per round. The "
              "lookbehind counts committed tokens re-encoded with the new text (transformers' target_lookbehind / "
              "assistant_lookbehind).",
-        "d": "Measured, it does not: alpha is about 0.66 at L = 1 and 0.65 for L = 2 .. 16. A boundary's tokenization "
+        "d": "Measured, it does not: alpha is 0.64 for every L from 1 to 16. A boundary's tokenization "
              "depends on a token or two of left context; beyond that a longer window re-encodes more text for nothing.",
     })
 
@@ -188,8 +188,8 @@ def intersection_ceiling(learner: Any) -> CheckReport:
 
 
 def intersection_gap(answer: Any) -> CheckReport:
-    """About 79 % of the target's greedy code tokens lie in the intersection, yet the token-by-token drafter's greedy
-    alpha is about 0.45. Why so far below?
+    """About 82 % of the target's greedy code tokens lie in the intersection, yet the token-by-token drafter's greedy
+    alpha is about 0.50. Why so far below?
 
     (a) the ceiling is computed wrongly: tokens inside the intersection cannot be drafted either;
     (b) inside the intersection a token is only *possible*: the draft must also rank it first, while it writes in
@@ -200,7 +200,7 @@ def intersection_gap(answer: Any) -> CheckReport:
     """
     return check_choice("intersection_gap", answer, "b", {
         "a": "A token of the intersection has the same text in both vocabularies, so the drafter can propose it; the "
-             "79 % is a real ceiling, the share of the target's tokens the drafter could ever propose.",
+             "82 % is a real ceiling, the share of the target's tokens the drafter could ever propose.",
         "b": "Yes. The ceiling says which tokens are reachable, not which the draft picks. Drafting token by token in "
              "the target's segmentation, the draft reads splits it never saw in training (it would write "
              "'▁▁▁▁▁▁▁▁' and 'return', not '▁return' after a newline), and where its own best token lies outside the "
