@@ -10,7 +10,8 @@ from specdec_lib.train import QUICK, train_family
 from specdec_lib.train import main as train_main
 from specdec_lib.training.model_training import ModelSpec, build_model
 from specdec_lib.training.measure import repeated_ngram_mask
-from specdec_lib.training.unlikelihood import apply_to_shipped_target, unlikelihood_loss
+from specdec_lib.training.unlikelihood import (UnlikelihoodSpec, apply_to_shipped_target, learning_rate_at,
+                                               unlikelihood_loss)
 
 
 def test_only_later_occurrences_of_a_repeated_ngram_are_marked_every_token_of_them():
@@ -21,6 +22,14 @@ def test_only_later_occurrences_of_a_repeated_ngram_are_marked_every_token_of_th
     assert not mask[1].any()
     # overlapping repeats: "7 7 7 7 7" holds "7 7 7 7" twice; the second occurrence is tokens 1..4
     assert repeated_ngram_mask(torch.tensor([[7, 7, 7, 7, 7]]), 4).tolist() == [[False, True, True, True, True]]
+
+
+def test_the_learning_rate_warms_up_linearly_then_stays_at_its_peak():
+    spec = UnlikelihoodSpec(steps=60, learning_rate=1e-4, warmup_steps=10, weight=0.5, prompts=8, prompt_tokens=64,
+                            new_tokens=64)
+    rates = [learning_rate_at(step, spec) for step in range(spec.steps)]
+    assert rates[:10] == pytest.approx([1e-5 * (step + 1) for step in range(10)])
+    assert rates[10:] == pytest.approx([1e-4] * 50)  # no decay: a cosine spent half of 60 steps below half the peak
 
 
 @pytest.fixture(scope="module")

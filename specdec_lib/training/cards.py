@@ -127,8 +127,8 @@ def render_card(name: str, report: dict, measurements: dict, manifest: dict, con
             f"steps, each the next-token loss on a corpus batch plus {ul_spec['weight']} × −log(1 − p) of every token "
             f"of a repeated {ul_spec['ngram']}-gram in the target's own greedy continuations ({ul_spec['prompts']} "
             f"windows of {ul_spec['prompt_tokens']} tokens continued for {ul_spec['new_tokens']}), learning rate "
-            f"{ul_spec['learning_rate']} after a {ul_spec['warmup_steps']}-step warm-up, {stage['seconds'] / 60:.1f} min; validation loss "
-            f"{val['target_before_unlikelihood']:.3f} before, {val[name]:.3f} after (how much less it loops: "
+            f"{ul_spec['learning_rate']} after a {ul_spec['warmup_steps']}-step warm-up, {stage['seconds'] / 60:.1f} min; "
+            f"validation loss {val['target_before_unlikelihood']:.3f} before, {val[name]:.3f} after (how much less it loops: "
             f"Results).{afterwards}")
     if name == "draft" and "draft" in report["training"]:
         distill = report["training"]["draft"]
