@@ -229,8 +229,8 @@ def measure_family(models_dir: Path, work_dir: Path, threads: int = 2) -> dict:
         if name != "target":
             models[name]["c"] = costs[name] / costs["target"]
     models["target"]["block_cost_ratio"] = {str(k): round(v, 3) for k, v in blocks.items()}
-    continuations = {task: greedy_continuations(target, encode_prompts(target_tok, texts, device))
-                     for task, texts in prompts.items()}
+    encoded = {task: encode_prompts(target_tok, texts, device) for task, texts in prompts.items()}
+    continuations = {task: greedy_continuations(target, ids) for task, ids in encoded.items()}
     agreement = {task: greedy_agreement(loaded["draft"][0], runs) for task, runs in continuations.items()}
     measurements = {
         "machine": f"{os.cpu_count()}-core CPU",
@@ -246,9 +246,8 @@ def measure_family(models_dir: Path, work_dir: Path, threads: int = 2) -> dict:
         measurements["target_base"] = {
             "folder": base.name,
             "distinct_4gram_share": {
-                task: distinct_4gram_share(greedy_continuations(looping["target_base"],
-                                                                encode_prompts(target_tok, texts, device)))
-                for task, texts in prompts.items()},
+                task: distinct_4gram_share(greedy_continuations(looping["target_base"], ids))
+                for task, ids in encoded.items()},
         }
     before = work_dir / "target_before_unlikelihood"  # saved by the unlikelihood stage: how much it changed
     if (before / "config.json").is_file():

@@ -31,6 +31,7 @@ from ..devices import synchronize
 from ..modeling import forward_with_cache
 from ..kv_cache import crop_cache, new_cache
 from ..trace import GenerationResult
+from .model_training import sample_windows
 
 
 @torch.inference_mode()
@@ -138,9 +139,7 @@ def heldout_distinct_4gram_shares(models: dict[str, PreTrainedModel], tokens: to
     ``prompt_tokens + new_tokens`` tokens are cut from it (seeded); each model continues every prompt greedily for
     ``new_tokens`` tokens (batched). Returns ``{name: share, ..., "held-out text": share}``, the last being the
     share of the windows' own next ``new_tokens`` tokens: real code repeats too, so that is the reference."""
-    generator = torch.Generator().manual_seed(seed)
-    starts = torch.randint(0, tokens.numel() - prompt_tokens - new_tokens, (windows,), generator=generator).tolist()
-    cut = torch.stack([tokens[s : s + prompt_tokens + new_tokens] for s in starts]).long()  # [W, P + N]
+    cut = sample_windows(tokens, windows, prompt_tokens + new_tokens, torch.Generator().manual_seed(seed))  # [W, P + N]
     shares = {}
     for name, model in models.items():
         result = batched_autoregressive_generate(model, list(cut[:, :prompt_tokens].to(model.device)),
