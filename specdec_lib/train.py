@@ -7,7 +7,8 @@ loss) → grow it three times deeper and continue training it (depth up-scaling,
 shallow layer) → fine-tune it against its own greedy loops (unlikelihood training,
 :mod:`specdec_lib.training.unlikelihood`) → the drafts (:mod:`specdec_lib.training.drafts`): the target writes
 greedy continuations of corpus windows; the draft trains on the corpus, is distilled from
-the target on corpus windows, then on the target's text; draft B trains on the corpus,
+the target on corpus windows, then on the target's text, then against the target's cached
+top-k on fresh text (:mod:`specdec_lib.training.cached_teacher`); draft B trains on the corpus,
 then on the target's text in tokenizer B → measure every model and write the cards
 (:mod:`specdec_lib.training.cards`).
 
@@ -16,9 +17,11 @@ target, which is exactly what the base stage trains). ``--quick`` trains tiny ve
 on a slice of the corpus in seconds: the pipeline's own test uses it. Training steps for
 extra heads on the frozen target are kept out of this pipeline on purpose, so that they
 can be added without retraining the family; ``python -m specdec_lib.train drafts``
-re-runs the drafts' stage alone against the shipped target, and ``python -m
+re-runs the drafts' stage alone against the shipped target, ``python -m
 specdec_lib.train unlikelihood`` applies the unlikelihood stage alone to the shipped
-target (after it, retrain the drafts and the heads: both were fitted to the old target).
+target (after it, retrain the drafts and the heads: both were fitted to the old target),
+and ``python -m specdec_lib.train fresh-text`` applies the draft's last phase alone to
+the shipped draft.
 """
 from __future__ import annotations
 
@@ -40,7 +43,9 @@ from .training.depth_growth import grow_depth
 from .training.heads import main as train_heads
 from .training.measure import (distinct_4gram_share, encode_prompts, forward_cost, greedy_agreement,
                                greedy_continuations, heldout_distinct_4gram_shares)
-from .training.drafts import DRAFT_CHECKPOINTS, retrain_drafts, shipped_corpus, train_drafts
+from .training.cached_teacher import CachedTeacherSpec
+from .training.drafts import (DRAFT_CHECKPOINTS, apply_fresh_text_to_shipped_draft, retrain_drafts, shipped_corpus,
+                              train_drafts)
 from .training.model_training import ModelSpec, build_model, save_model, train_model, validation_loss
 from .training.target_text import TargetTextSpec
 from .training.unlikelihood import UnlikelihoodSpec, apply_to_shipped_target, unlikelihood_stage
@@ -66,7 +71,8 @@ class FamilySpec:
     target: ModelSpec
     draft: ModelSpec
     draft_b: ModelSpec
-    draft_target_text: TargetTextSpec | None = None  # a last distillation phase on text the target wrote
+    draft_target_text: TargetTextSpec | None = None  # a distillation phase on text the target wrote
+    draft_fresh_text: CachedTeacherSpec | None = None  # the draft's last phase: fresh text, cached teacher top-k
     target_unlikelihood: UnlikelihoodSpec | None = None  # the target's last stage: fewer greedy loops
     max_files: int | None = None
     seed: int = 1234
@@ -86,6 +92,9 @@ FULL = FamilySpec(
     draft_b=ModelSpec(layers=1, hidden=192, intermediate=512, heads=4, context=512, steps=1000, batch_size=6,
                       learning_rate=3e-3),
     draft_target_text=TargetTextSpec(sequences=4096, prompt_tokens=64, new_tokens=96, batch_size=128, steps=700),
+    draft_fresh_text=CachedTeacherSpec(
+        text=TargetTextSpec(sequences=8192, prompt_tokens=64, new_tokens=96, batch_size=256, steps=1500),
+        top_k=32, sequences_per_step=19, learning_rate=1e-3, warmup_steps=50),
     target_unlikelihood=UnlikelihoodSpec(steps=60, learning_rate=1e-4, warmup_steps=10, weight=0.5, prompts=8,
                                          prompt_tokens=64, new_tokens=64),
 )
@@ -102,6 +111,9 @@ QUICK = FamilySpec(
     draft_b=ModelSpec(layers=1, hidden=32, intermediate=64, heads=2, context=64, steps=3, batch_size=2,
                       learning_rate=1e-3, warmup_steps=1),
     draft_target_text=TargetTextSpec(sequences=8, prompt_tokens=8, new_tokens=16, batch_size=4, steps=2),
+    draft_fresh_text=CachedTeacherSpec(text=TargetTextSpec(sequences=6, prompt_tokens=8, new_tokens=12, batch_size=4,
+                                                           steps=2), top_k=4, sequences_per_step=2,
+                                       learning_rate=1e-3, warmup_steps=1),
     target_unlikelihood=UnlikelihoodSpec(steps=2, learning_rate=1e-4, warmup_steps=1, weight=0.5, prompts=2,
                                          prompt_tokens=8, new_tokens=12),
     max_files=12,
@@ -209,6 +221,10 @@ def measure_family(models_dir: Path, work_dir: Path, threads: int = 2) -> dict:
     """Measure the saved family (costs, c, greedy agreement per prompt set, how much the target and its base loop on
     the prompt sets and on held-out windows) and write ``measurements.json``.
 
+    The models of ``work_dir`` (the base target, the target before unlikelihood, the draft's checkpoints) are
+    intermediate and not committed: one that is no longer there (a later session, a stage re-run alone) keeps the
+    measurement the previous ``measurements.json`` holds for it, and ``carried_over`` names each such entry. Its
+    weights did not change, so neither did its numbers (greedy agreement and looping are not timings).
     Timings are only meaningful on a quiet machine: run this with nothing else busy.
     """
     from .models import load_model_folder
@@ -216,6 +232,9 @@ def measure_family(models_dir: Path, work_dir: Path, threads: int = 2) -> dict:
 
     torch.set_num_threads(threads)
     device = torch.device("cpu")
+    previous_path = models_dir / "measurements.json"
+    previous = json.loads(previous_path.read_text()) if previous_path.is_file() else {}
+    carried_over: list[str] = []
     loaded = {name: load_model_folder(models_dir / name, device=device) for name in EMBEDDED_MODEL_NAMES}
     target, target_tok = loaded["target"]
     prompts = {task: [p.prompt for p in load_prompts(task)] for task in TASKS}
@@ -249,19 +268,32 @@ def measure_family(models_dir: Path, work_dir: Path, threads: int = 2) -> dict:
                 task: distinct_4gram_share(greedy_continuations(looping["target_base"], ids))
                 for task, ids in encoded.items()},
         }
+    elif "target_base" in previous:
+        measurements["target_base"] = previous["target_base"]
+        carried_over.append("target_base")
     before = work_dir / "target_before_unlikelihood"  # saved by the unlikelihood stage: how much it changed
     if (before / "config.json").is_file():
         looping["target_before_unlikelihood"], _ = load_model_folder(before, device=device)
     _, val_texts = shipped_corpus(FULL, models_dir)
-    measurements["heldout_distinct_4gram_share"] = heldout_distinct_4gram_shares(
-        looping, tokenize_texts(target_tok, val_texts).to(device))
+    heldout = heldout_distinct_4gram_shares(looping, tokenize_texts(target_tok, val_texts).to(device))
+    earlier = previous.get("heldout_distinct_4gram_share", {})
+    missing = [name for name in earlier if name not in heldout]
+    carried_over += [f"heldout_distinct_4gram_share.{name}" for name in missing]
+    text = heldout.pop("held-out text")  # the models first, the text's own share last (the cards' order)
+    measurements["heldout_distinct_4gram_share"] = {**heldout, **{name: earlier[name] for name in missing},
+                                                    "held-out text": text}
     checkpoints = {}
     for folder in DRAFT_CHECKPOINTS:  # the draft before each of its later phases (`training.drafts.train_draft`)
         if (work_dir / folder / "config.json").is_file():
             checkpoint, _ = load_model_folder(work_dir / folder, device=device)
             checkpoints[folder] = {task: greedy_agreement(checkpoint, runs) for task, runs in continuations.items()}
+        elif folder in previous.get("draft_checkpoints", {}):
+            checkpoints[folder] = previous["draft_checkpoints"][folder]
+            carried_over.append(f"draft_checkpoints.{folder}")
     if checkpoints:
         measurements["draft_checkpoints"] = checkpoints
+    if carried_over:
+        measurements["carried_over"] = carried_over
     (models_dir / "measurements.json").write_text(json.dumps(measurements, indent=2) + "\n")
     write_cards(models_dir)
     return measurements
@@ -290,6 +322,17 @@ def _drafts_main(argv: list[str]) -> None:
     print(json.dumps(measure_family(args.models, args.work), indent=2), flush=True)
 
 
+def _fresh_text_main(argv: list[str]) -> None:
+    """``python -m specdec_lib.train fresh-text``: the draft's last phase alone, on the shipped draft, then measure."""
+    args = _stage_arguments(argv, "fresh-text",
+                            "Apply only the draft's last phase (specdec_lib.training.cached_teacher: fresh text the "
+                            "target writes, its top-k cached, cheap steps against the cache) to the shipped draft, "
+                            "record it, then re-measure the family and rewrite the cards. Refused if the draft "
+                            "already went through it.", "where the draft before the phase is saved")
+    apply_fresh_text_to_shipped_draft(FULL, args.models, args.work)
+    print(json.dumps(measure_family(args.models, args.work), indent=2), flush=True)
+
+
 def _unlikelihood_main(argv: list[str]) -> None:
     """``python -m specdec_lib.train unlikelihood``: the target's unlikelihood stage alone, on the shipped target."""
     args = _stage_arguments(argv, "unlikelihood",
@@ -308,13 +351,17 @@ def main(argv: list[str] | None = None) -> None:
         return _drafts_main(argv[1:])
     if argv[:1] == ["unlikelihood"]:
         return _unlikelihood_main(argv[1:])
+    if argv[:1] == ["fresh-text"]:
+        return _fresh_text_main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m specdec_lib.train", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog="python -m specdec_lib.train heads [--quick] trains Medusa heads and an "
                                             "EAGLE layer on the frozen target instead (see its --help); "
                                             "python -m specdec_lib.train drafts retrains only the two drafts against "
                                             "the shipped target; python -m specdec_lib.train unlikelihood applies "
-                                            "only the target's unlikelihood stage to the shipped target.")
+                                            "only the target's unlikelihood stage to the shipped target; python -m "
+                                            "specdec_lib.train fresh-text only the draft's last phase to the "
+                                            "shipped draft.")
     parser.add_argument("--out", type=Path, default=REPO_DATA_DIR / "models", help="where the models go (default: data/models)")
     parser.add_argument("--work", type=Path, default=Path("runs"), help="intermediate checkpoints (not committed)")
     parser.add_argument("--quick", action="store_true", help="tiny models on a corpus slice (seconds; for tests)")

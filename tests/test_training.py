@@ -52,13 +52,17 @@ def test_training_lowers_the_loss_and_reports_it(quick_family):
     log = [json.loads(line) for line in (out / "training_log.jsonl").read_text().splitlines()]
     assert any(row["model"] == "target" and row["phase"] == "unlikelihood" for row in log)  # the target's last stage
     assert report["training"]["target_unlikelihood"]["unlikelihood_steps"] == QUICK.target_unlikelihood.steps
-    assert {row["model"] for row in log} == {"target_base", "target", "draft", "draft_target_text", "draft_b",
-                                             "draft_b_target_text"}
+    assert {row["model"] for row in log} == {"target_base", "target", "draft", "draft_target_text", "draft_fresh_text",
+                                             "draft_b", "draft_b_target_text"}
     assert any(row["phase"] == "distill" and row["model"] == "draft" for row in log)  # distilled from the target
     text = QUICK.draft_target_text  # ... and then both drafts trained on the target's own text
     assert report["training"]["target_text"]["stream_tokens"] == text.sequences * (text.prompt_tokens + text.new_tokens + 1)
     assert report["training"]["draft_target_text"]["distill_steps"] == text.steps
     assert report["training"]["draft_b_target_text"]["lm_steps"] == text.steps
+    fresh = QUICK.draft_fresh_text  # ... and the draft last on fresh text, against the target's cached top-k
+    assert report["training"]["draft_fresh_text"]["distill_steps"] == fresh.text.steps
+    assert report["training"]["draft_fresh_text"]["text_tokens"] == fresh.text.sequences * (
+        fresh.text.prompt_tokens + fresh.text.new_tokens + 1)
     manifest = json.loads((out / "corpus_manifest.json").read_text())
     assert manifest["train_files"] > 0 and manifest["validation_files"] > 0 and len(manifest["sha256"]) == 64
 

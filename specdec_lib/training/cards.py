@@ -147,6 +147,22 @@ def render_card(name: str, report: dict, measurements: dict, manifest: dict, con
             f"{on_text['seconds'] / 60:.1f} min); final KL {on_text['distill_final']['kl']:.3f} nats/token. "
             "These are the contexts greedy speculative decoding shows the draft (the target's own continuations)."
         )
+    if name == "draft" and "draft_fresh_text" in report["training"]:
+        fresh = report["training"]["draft_fresh_text"]
+        text, final = fresh["spec"]["text"], fresh["distill_final"]
+        afterwards = (" Applied to the trained draft afterwards by `python -m specdec_lib.train fresh-text`."
+                      if report.get("draft_fresh_text_applied_afterwards") else "")
+        lines.append(
+            f"- distillation on fresh text against a cached teacher (`training/cached_teacher.py`): the target wrote "
+            f"{text['sequences']} new continuations ({text['prompt_tokens']} + {text['new_tokens']} tokens, another "
+            f"seed; {fresh['text_seconds'] / 60:.1f} min), its top-{fresh['spec']['top_k']} next-token distribution "
+            f"was computed once along them ({fresh['teacher_seconds'] / 60:.1f} min), then {fresh['distill_steps']} "
+            f"steps of the KL restricted to those tokens on whole sequences ({fresh['distill_tokens'] / 1e6:.1f} M "
+            f"positions, peak learning rate {fresh['spec']['learning_rate']}, {fresh['seconds'] / 60:.1f} min; "
+            f"final top-k KL {final['kl_top_k']:.3f} nats/token, the top-{fresh['spec']['top_k']} holding "
+            f"{final['teacher_mass']:.1%} of the target's mass). No target forward per step: each step costs the "
+            f"draft's own." + afterwards
+        )
     if name == "draft_b" and "draft_b_target_text" in report["training"]:
         on_text = report["training"]["draft_b_target_text"]
         lines.append(
@@ -226,6 +242,11 @@ def render_card(name: str, report: dict, measurements: dict, manifest: dict, con
         f"α is the share of the target's greedy next tokens (48 per prompt, on the prompt sets in `data/prompts/`) that "
         "the draft's argmax matches: the per-token acceptance probability of greedy speculative decoding. "
         f"Timings: {measurements['machine']}, torch {measurements['torch']}, {measurements['threads']} threads.",
+        *([] if name == "draft_b" or not measurements.get("carried_over") else [
+            "",
+            "Measured earlier, when these intermediate models were still in the (uncommitted) work folder, and carried "
+            "over unchanged (same weights, so the same numbers; no timings among them): "
+            + ", ".join(f"`{entry}`" for entry in measurements["carried_over"]) + "."]),
         "",
         "## Reproduce",
         "",
@@ -235,6 +256,8 @@ def render_card(name: str, report: dict, measurements: dict, manifest: dict, con
         "python -m specdec_lib.train drafts     # retrains only the draft and draft B against the saved target",
         "python -m specdec_lib.train unlikelihood  # only the target's last stage, on a saved target (then retrain"
         " the drafts and heads)",
+        "python -m specdec_lib.train fresh-text  # only the draft's last phase (fresh text, cached teacher), on a"
+        " saved draft",
         "```",
         "",
     ]

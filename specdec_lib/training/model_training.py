@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -137,6 +138,37 @@ def optimizer_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, los
     optimizer.step()
 
 
+def run_phase(model: torch.nn.Module, optimizer: torch.optim.Optimizer, spec: ModelSpec, steps: int,
+              batch_loss: Callable[[], tuple[torch.Tensor, dict]], *, name: str, phase: str, started: float,
+              log: list | None = None) -> dict:
+    """One training phase: ``steps`` optimizer steps on ``batch_loss()`` (which draws its own batch and returns
+    ``(loss, {part: value})``), the learning rate following `lr_at` with ``spec``'s peak and warm-up.
+
+    Every phase of every model runs through here, so they share one schedule, one clipping and one log format.
+    Logs every 50th step (and the last) to ``log`` with the seconds since ``started``. Returns the parts' moving
+    averages at the end (the phase's final losses)."""
+    bar = tqdm(range(steps), desc=f"{name} [{phase}]", mininterval=5)
+    running: dict[str, float] = {}
+    for step in bar:
+        for group in optimizer.param_groups:
+            group["lr"] = lr_at(step, spec, steps)
+        loss, parts = batch_loss()
+        optimizer_step(model, optimizer, loss)
+        # exponential moving average for a readable progress bar and log
+        running = {k: v if k not in running else 0.98 * running[k] + 0.02 * v for k, v in parts.items()}
+        if step % 50 == 0 or step == steps - 1:
+            bar.set_postfix({k: f"{v:.3f}" for k, v in running.items()})
+            if log is not None:
+                log.append({"model": name, "phase": phase, "step": step, **{k: round(v, 4) for k, v in running.items()},
+                            "seconds": round(time.perf_counter() - started, 1)})
+    return {k: round(v, 4) for k, v in running.items()}
+
+
+def new_optimizer(model: torch.nn.Module, learning_rate: float) -> torch.optim.Optimizer:
+    """The family's optimizer: AdamW (beta 0.9, 0.95; weight decay 0.1); `run_phase` sets its learning rate."""
+    return torch.optim.AdamW(model.parameters(), lr=learning_rate, betas=(0.9, 0.95), weight_decay=0.1)
+
+
 def train_model(
     model: LlamaForCausalLM,
     spec: ModelSpec,
@@ -153,7 +185,7 @@ def train_model(
     seen, seconds, final losses); each logged step is appended to ``log`` as a dict.
     """
     generator = torch.Generator().manual_seed(seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=spec.learning_rate, betas=(0.9, 0.95), weight_decay=0.1)
+    optimizer = new_optimizer(model, spec.learning_rate)
     phases = [(phase, steps) for phase, steps in (("lm", spec.steps), ("distill", spec.distill_steps)) if steps]
     if spec.distill_steps and teacher is None:
         raise ValueError(f"{name}: distill_steps={spec.distill_steps} needs a teacher model")
@@ -161,25 +193,11 @@ def train_model(
     start = time.perf_counter()
     summary: dict = {"name": name, "spec": asdict(spec)}
     for phase, steps in phases:
-        bar = tqdm(range(steps), desc=f"{name} [{phase}]", mininterval=5)
-        running: dict[str, float] = {}
-        for step in bar:
-            for group in optimizer.param_groups:
-                group["lr"] = lr_at(step, spec, steps)
+        def batch_loss(phase: str = phase) -> tuple[torch.Tensor, dict]:
             windows = sample_windows(tokens, spec.batch_size, spec.context + 1, generator)
-            if phase == "lm":
-                loss, parts = lm_loss(model, windows, spec)
-            else:
-                loss, parts = _distill_loss(model, teacher, windows)
-            optimizer_step(model, optimizer, loss)
-            # exponential moving average for a readable progress bar and log
-            running = {k: v if k not in running else 0.98 * running[k] + 0.02 * v for k, v in parts.items()}
-            if step % 50 == 0 or step == steps - 1:
-                bar.set_postfix({k: f"{v:.3f}" for k, v in running.items()})
-                if log is not None:
-                    log.append({"model": name, "phase": phase, "step": step, **{k: round(v, 4) for k, v in running.items()},
-                                "seconds": round(time.perf_counter() - start, 1)})
-        summary[f"{phase}_final"] = {k: round(v, 4) for k, v in running.items()}
+            return lm_loss(model, windows, spec) if phase == "lm" else _distill_loss(model, teacher, windows)
+        summary[f"{phase}_final"] = run_phase(model, optimizer, spec, steps, batch_loss, name=name, phase=phase,
+                                              started=start, log=log)
         summary[f"{phase}_steps"] = steps
         summary[f"{phase}_tokens"] = steps * spec.batch_size * spec.context
     summary["seconds"] = round(time.perf_counter() - start, 1)
