@@ -41,8 +41,8 @@ from .training.cards import write_cards
 from .training.corpus import collect_stdlib_sources, corpus_manifest, split_files, write_manifest
 from .training.depth_growth import grow_depth
 from .training.heads import main as train_heads
-from .training.measure import (distinct_4gram_share, encode_prompts, forward_cost, greedy_agreement,
-                               greedy_continuations, heldout_distinct_4gram_shares)
+from .training.measure import (distinct_4gram_share, encode_prompts, greedy_agreement, greedy_continuations,
+                               heldout_distinct_4gram_shares, interleaved_forward_costs)
 from .training.cached_teacher import CachedTeacherSpec
 from .training.drafts import (DRAFT_CHECKPOINTS, apply_fresh_text_to_shipped_draft, retrain_drafts, shipped_corpus,
                               train_drafts)
@@ -56,6 +56,9 @@ from .training.tokenizer_training import (
     wrap_for_transformers,
 )
 
+
+#: Block sizes whose verification cost (one target forward over k new tokens / over one) the target's card reports.
+BLOCKS = (2, 3, 4, 6, 8)
 
 #: Written beside a saved base target: the summary of the run that trained it (read back by ``--grow-from``).
 BASE_SUMMARY_FILE = "training_summary.json"
@@ -227,6 +230,7 @@ def measure_family(models_dir: Path, work_dir: Path, threads: int = 2) -> dict:
     weights did not change, so neither did its numbers (greedy agreement and looping are not timings).
     Timings are only meaningful on a quiet machine: run this with nothing else busy.
     """
+    from .bench.cli import cpu_model
     from .models import load_model_folder
     from .prompts import TASKS, load_prompts
 
@@ -240,8 +244,10 @@ def measure_family(models_dir: Path, work_dir: Path, threads: int = 2) -> dict:
     prompts = {task: [p.prompt for p in load_prompts(task)] for task in TASKS}
     context_a = encode_prompts(target_tok, [prompts["code"][0]], device)[0][:, :64]
     context_b = encode_prompts(loaded["draft_b"][1], [prompts["code"][0]], device)[0][:, :64]
-    costs = {name: forward_cost(model, context_b if name == "draft_b" else context_a) for name, (model, _) in loaded.items()}
-    blocks = {k: forward_cost(target, context_a, block=k) / costs["target"] for k in (2, 3, 4, 6, 8)}
+    costs = interleaved_forward_costs({
+        **{name: (model, context_b if name == "draft_b" else context_a, 1) for name, (model, _) in loaded.items()},
+        **{k: (target, context_a, k) for k in BLOCKS}})
+    blocks = {k: costs[k] / costs["target"] for k in BLOCKS}
     models = {}
     for name, (model, _) in loaded.items():
         models[name] = {"parameters": sum(p.numel() for p in model.parameters()), "forward_ms": costs[name] * 1e3}
@@ -252,7 +258,7 @@ def measure_family(models_dir: Path, work_dir: Path, threads: int = 2) -> dict:
     continuations = {task: greedy_continuations(target, ids) for task, ids in encoded.items()}
     agreement = {task: greedy_agreement(loaded["draft"][0], runs) for task, runs in continuations.items()}
     measurements = {
-        "machine": f"{os.cpu_count()}-core CPU",
+        "machine": f"{os.cpu_count()}-core CPU ({cpu_model()})",
         "torch": torch.__version__,
         "threads": threads,
         "models": models,

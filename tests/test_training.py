@@ -102,6 +102,21 @@ def test_measurements_run_on_saved_models(quick_family):
     assert sum(share * n for share, n in parts) / 8 == pytest.approx(split["alpha"], abs=1e-3)
 
 
+def test_forward_costs_are_timed_in_turns_so_a_busy_moment_hits_every_job(monkeypatch):
+    import specdec_lib.training.measure as measure
+    calls = []
+    seconds = iter([3.0, 1.0, 5.0, 2.0, 4.0, 9.0])  # job a, job b, a, b, a, b
+
+    def fake_cost(model, context_ids, block=1, repeats=60):
+        calls.append((model, block, repeats))
+        return next(seconds)
+    monkeypatch.setattr(measure, "forward_cost", fake_cost)
+    context = torch.zeros(1, 4, dtype=torch.long)
+    costs = measure.interleaved_forward_costs({"a": ("A", context, 1), "b": ("B", context, 3)}, turns=3, repeats=7)
+    assert calls == [("A", 1, 7), ("B", 3, 7)] * 3  # round-robin, not all of a then all of b
+    assert costs == {"a": 4.0, "b": 2.0}  # the median of each job's turns
+
+
 def test_heldout_looping_is_measured_against_the_texts_own_repeats(quick_family):
     out, _ = quick_family
     target, _ = load_model_folder(out / "target", device="cpu")

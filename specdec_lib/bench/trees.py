@@ -23,7 +23,7 @@ from ..errors import SpecdecError
 from ..models import load_pair
 from ..prompts import TASKS, load_prompts
 from ..trace import GenerationResult
-from ..training.measure import encode_prompts, forward_cost
+from ..training.measure import encode_prompts, interleaved_forward_costs
 from ..tree_speculative import tree_speculative_generate
 from ..trees import TreeShape
 from .cli import machine_info, write_json
@@ -77,14 +77,15 @@ def tree_rows(pair, prompt_ids: Sequence[torch.Tensor], shapes: Sequence[TreeSha
     methods += [TreeSpeculative(pair.target, tree_drafter, shape, spec) for shape in shapes]
     measurements = measure(methods, prompt_ids, repeats=repeats, device=pair.target.device, progress=progress)
     context = prompt_ids[0][:, :64]
-    one = forward_cost(pair.target, context, repeats=30)
+    nodes_of = [method.shape.size if isinstance(method, TreeSpeculative) else method.gamma or 0 for method in methods]
+    # what verifying each tree or chain costs: a target forward over its nodes + 1 positions, over one position
+    costs = interleaved_forward_costs({nodes: (pair.target, context, nodes + 1) for nodes in {0, *nodes_of}}, repeats=10)
     rows = []
-    for method, row in zip(methods, build_report(measurements).rows):  # throughput, speed-up, acceptance, identity
-        nodes = method.shape.size if isinstance(method, TreeSpeculative) else method.gamma or 0
+    for method, nodes, row in zip(methods, nodes_of, build_report(measurements).rows):  # speed, acceptance, identity
         rows.append({
             "method": method.key,
             "nodes": nodes,
-            "verify_cost": forward_cost(pair.target, context, block=nodes + 1, repeats=30) / one if nodes else 1.0,
+            "verify_cost": costs[nodes] / costs[0],
             **{key: row[key] for key in ("tokens_per_target_forward", "mean_acceptance_length", "tokens_per_s",
                                          "speedup", "identical")},
         })

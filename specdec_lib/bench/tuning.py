@@ -37,7 +37,7 @@ from ..devices import torch_threads
 from ..drafters import ConfidenceStop, CostAwareStop, DraftModelDrafter, HeuristicSchedule, PromptLookupDrafter
 from ..models import ModelPair, load_pair
 from ..prompts import TASKS
-from ..training.measure import forward_cost
+from ..training.measure import interleaved_forward_costs
 from .captions import describe_machine, format_value, machine_summary
 from .cli import load_cross_pair, machine_info, parse_gammas, write_json
 from .drafters import DRAFTERS, DrafterRow, measure_task, task_prompt_ids
@@ -59,9 +59,10 @@ def measured_costs(pair: ModelPair, context: torch.Tensor, gammas: Sequence[int]
     """Forward costs on this machine before the sweep: ``c`` (one draft-model forward / one target forward),
     ``verify_costs`` (gamma -> a target forward over gamma + 1 new positions / over one) and ``marginal_verify``
     (the median of ``(v - 1) / gamma``: what one more verified position costs), the inputs of `CostAwareStop`."""
-    one = forward_cost(pair.target, context)
-    c = forward_cost(pair.draft, context) / one
-    verify = {gamma: forward_cost(pair.target, context, block=gamma + 1) / one for gamma in gammas}
+    costs = interleaved_forward_costs({"target": (pair.target, context, 1), "draft": (pair.draft, context, 1),
+                                       **{gamma: (pair.target, context, gamma + 1) for gamma in gammas}})
+    c = costs["draft"] / costs["target"]
+    verify = {gamma: costs[gamma] / costs["target"] for gamma in gammas}
     marginal = statistics.median(max(v - 1, 0.0) / gamma for gamma, v in verify.items())
     return {"c": c, "verify_costs": verify, "marginal_verify": marginal}
 

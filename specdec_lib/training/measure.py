@@ -57,6 +57,21 @@ def forward_cost(model: PreTrainedModel, context_ids: torch.Tensor, block: int =
     return statistics.median(times)
 
 
+def interleaved_forward_costs(jobs: dict, *, turns: int = 5, repeats: int = 20) -> dict:
+    """Median seconds of one cached forward for each job, the jobs taking turns.
+
+    jobs: ``{name: (model, context_ids [1, T], block)}``, each timed by `forward_cost`. A shared machine speeds up
+    and slows down from minute to minute: on a 2-core VM, timed one after the other, the target's 8-token forward
+    came out at 0.97 of its one-token forward (measured), which no model does. ``turns`` rounds of ``repeats`` forwards
+    per job, the jobs in turn, let a busy moment hit all of them alike, so their *ratios* (c, verification costs)
+    hold. Returns ``{name: median over the turns of each turn's median}``."""
+    times: dict = {name: [] for name in jobs}
+    for _ in range(turns):
+        for name, (model, context_ids, block) in jobs.items():
+            times[name].append(forward_cost(model, context_ids, block=block, repeats=repeats))
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
 def greedy_continuations(target: PreTrainedModel, prompts: list[torch.Tensor], new_tokens: int = 48) -> list[GenerationResult]:
     """The target's own greedy continuation of each prompt [1, T]: what every draft is compared against.
 
