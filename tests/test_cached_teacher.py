@@ -113,6 +113,7 @@ def test_the_command_applies_the_phase_once_and_records_it(family_without_the_ph
     assert fresh["distill_steps"] == QUICK.draft_fresh_text.text.steps
     assert fresh["text_tokens"] == 6 * (8 + 12 + 1)
     assert report["draft_fresh_text_applied_afterwards"] is True
+    assert "drafts_retrained" not in report  # one phase, not `train drafts`: the target's card must not say so
     assert json.loads((family / "training_report.json").read_text()) == report
     log = (family / "training_log.jsonl").read_text().splitlines()
     assert log[:len(log_before)] == log_before  # the earlier phases' lines are kept ...

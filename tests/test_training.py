@@ -202,6 +202,7 @@ def test_retrained_drafts_replace_the_old_ones_in_the_report_and_the_log(quick_f
     ship_drafts({"draft": draft}, {"a": tokenizer}, summaries, log, ["def f(x):\n    return x\n" * 40], QUICK, family)
     shipped = json.loads((family / "training_report.json").read_text())
     assert shipped["training"]["draft"]["seconds"] == 12345.0
+    assert shipped["drafts_retrained"] == ["draft"]  # a whole retraining, which the target's card cites
     assert shipped["training"]["target"] == report["training"]["target"]  # the other models' records are kept
     lines = [json.loads(line) for line in (family / "training_log.jsonl").read_text().splitlines()]
     assert [row for row in lines if row["model"] in ("draft", "draft_target_text")] == log

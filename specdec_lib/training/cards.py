@@ -178,6 +178,8 @@ def render_card(name: str, report: dict, measurements: dict, manifest: dict, con
                      f"{without_base}"
                      + (f"; {' and '.join(report['drafts_retrained'])} retrained afterwards against this target by "
                         "`python -m specdec_lib.train drafts` (see their cards)" if report.get("drafts_retrained") else "")
+                     + ("; the draft's last phase applied afterwards by `python -m specdec_lib.train fresh-text` (see "
+                        "its card)" if report.get("draft_fresh_text_applied_afterwards") else "")
                      + ".")
     lines += [
         "",

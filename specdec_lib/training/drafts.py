@@ -158,13 +158,16 @@ def ship_drafts(drafts: dict, tokenizers: dict, summaries: dict, log: list, val_
                 models_dir: Path, replaced_log_models: set[str] | None = None) -> dict:
     """Save retrained drafts into the family and record them: their summaries and validation losses in
     ``training_report.json``, their log lines in ``training_log.jsonl`` (replacing the old drafts' lines: every
-    phase of each draft, or only the log models named in ``replaced_log_models`` when one phase was re-run).
+    phase of each draft, or only the log models named in ``replaced_log_models`` when one phase was re-run). Only
+    whole retrainings (``replaced_log_models`` None) are listed in the report's ``drafts_retrained``, which the
+    target's card cites as ``train drafts``.
 
     drafts: ``{"draft": model, "draft_b": model}`` (either may be left out); tokenizers: ``{"a": ..., "b": ...}``.
     Returns the updated report."""
     report = json.loads((models_dir / "training_report.json").read_text())
     report["training"].update(summaries)
-    report["drafts_retrained"] = sorted(set(report.get("drafts_retrained", [])) | set(drafts))  # after the family
+    if replaced_log_models is None:  # every phase re-run after the family
+        report["drafts_retrained"] = sorted(set(report.get("drafts_retrained", [])) | set(drafts))
     for name, model in drafts.items():
         tokenizer = tokenizers["b" if name == "draft_b" else "a"]
         save_model(model, tokenizer, models_dir / name)
