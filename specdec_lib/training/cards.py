@@ -173,14 +173,16 @@ def render_card(name: str, report: dict, measurements: dict, manifest: dict, con
         )
     if name == "target":
         without_base = " (stage 1 not included: it was read from disk)" if "grown_from" in report["training"]["target_base"] else ""
+        afterwards = []  # what was trained again after that run, each clause naming its command
+        if report.get("drafts_retrained"):
+            afterwards.append(f"{' and '.join(report['drafts_retrained'])} retrained afterwards against this target "
+                              "by `python -m specdec_lib.train drafts` (see their cards)")
+        if report.get("draft_fresh_text_applied_afterwards"):
+            afterwards.append("the draft's last phase applied afterwards by `python -m specdec_lib.train fresh-text` "
+                              "(see its card)")
         lines.append(f"- the whole family (tokenizers, target, draft, draft B, validation) took "
                      f"{report['total_seconds'] / 60:.1f} min of wall time in the run that produced these weights"
-                     f"{without_base}"
-                     + (f"; {' and '.join(report['drafts_retrained'])} retrained afterwards against this target by "
-                        "`python -m specdec_lib.train drafts` (see their cards)" if report.get("drafts_retrained") else "")
-                     + ("; the draft's last phase applied afterwards by `python -m specdec_lib.train fresh-text` (see "
-                        "its card)" if report.get("draft_fresh_text_applied_afterwards") else "")
-                     + ".")
+                     f"{without_base}" + "".join(f"; {clause}" for clause in afterwards) + ".")
     lines += [
         "",
         "## Results (measured, not promised)",

@@ -154,8 +154,8 @@ def render_head_card(folder: Path) -> str:
     reference = report.get("reference_draft_alpha")
     if reference is not None:
         lines += ["", f"For comparison, the embedded one-layer draft model's greedy agreement α on the code prompts "
-                      f"was {reference:.3f} when this drafter was measured (`data/models/measurements.json` then; the draft "
-                      "may have been retrained since: its card has today's)."]
+                      f"was {reference:.3f} when this drafter was measured (`data/models/measurements.json` then; "
+                      "the draft may have been retrained since: its card has today's)."]
     lines += [
         "",
         f"Measuring took {report['measure_seconds'] / 60:.1f} min.",
