@@ -11,8 +11,16 @@ drafts with these rows decides the round, in one vocabulary used everywhere in t
 So a round always emits ``accepted + 1`` tokens (from one target forward), between 1 and ``k + 1``.
 
 Greedy decoding verifies by comparing argmaxes (`verify_greedy`). Sampling verifies by modified rejection sampling
-(`verify_exact`), which keeps the target's output distribution exactly. `verify_relaxed` accepts more drafts and is
-**not** distribution-preserving: it exists to measure what breaking the guarantee costs.
+(`verify_exact`), which keeps the target's output distribution exactly, or by block verification
+(`verify_block`), which decides the accepted prefix jointly. `verify_relaxed` accepts more drafts and is **not**
+distribution-preserving: it exists to measure what breaking the guarantee costs.
+
+**Shapes.** Each rule exists for one round (``p: [k + 1, V]``, ``draft_tokens: [k]``, returning a `VerifyResult`)
+and for a batch of B rounds at once (``p: [B, K + 1, V]``, ``draft_tokens: [B, K]``, returning a `BatchVerdict`),
+vLLM's layout. In a batch, row b drafted ``num_drafts[b] <= K`` tokens (ragged: the rest of its row is padding,
+never accepted) and its bonus row is ``p[b, num_drafts[b]]``. The one-round form is the batch of one (same code,
+same random draws), so the batched decoder, the single-sequence decoder and the statistical tests all exercise one
+implementation.
 """
 
 import math
@@ -22,7 +30,6 @@ from typing import Literal
 import torch
 
 from .errors import ConfigError
-from .sampling import sample_token
 
 Kind = Literal["recovered", "bonus"]
 
@@ -49,6 +56,196 @@ class VerifyResult:
         return self.num_accepted + 1
 
 
+@dataclass(frozen=True)
+class BatchVerdict:
+    """The outcome of verifying B rounds at once: ``num_accepted: LongTensor[B]`` (n_b), ``next_tokens:
+    LongTensor[B]`` (the recovered or bonus token of each row) and ``bonus: BoolTensor[B]`` (n_b equals the row's
+    number of drafts). Tensors stay on the device; `results` reads them back in one transfer."""
+
+    num_accepted: torch.Tensor
+    next_tokens: torch.Tensor
+    bonus: torch.Tensor
+
+    def results(self) -> list[VerifyResult]:
+        """One `VerifyResult` per row (one host synchronisation for the whole batch)."""
+        rows = torch.stack([self.num_accepted, self.next_tokens, self.bonus.long()], dim=1).tolist()
+        return [VerifyResult(n, token, "bonus" if bonus else "recovered") for n, token, bonus in rows]
+
+
+# ---------------------------------------------------------------------------------------------------- input checks
+
+
+def _shape(value: object) -> object:
+    return list(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
+
+
+def _check_token_dtype(draft_tokens: torch.Tensor) -> None:
+    if draft_tokens.is_floating_point() or draft_tokens.dtype == torch.bool:
+        raise ConfigError(f"draft_tokens must hold integer token ids, got dtype {draft_tokens.dtype}.")
+
+
+def _check_probabilities(name: str, probs: torch.Tensor) -> None:
+    if not probs.is_floating_point():
+        raise ConfigError(f"{name} must be a floating-point tensor of probabilities, got dtype {probs.dtype}.")
+    if not bool((probs >= 0).all()):  # also False for NaN
+        raise ConfigError(
+            f"{name} must hold probabilities (>= 0, no NaN); it has negative or NaN entries. "
+            "Did you pass logits? Convert them with logits_to_probs(logits, sampling)."
+        )
+
+
+def _check_values(p: torch.Tensor, q: torch.Tensor | None, draft_tokens: torch.Tensor) -> None:
+    """The checks both shapes share: p and q hold probabilities over the same V, the ids index it."""
+    vocab = p.shape[-1]
+    if q is not None:
+        if q.shape[-1] != vocab:
+            raise ConfigError(
+                f"p and q must cover the same vocabulary, got V = {vocab} for p and V = {q.shape[-1]} for q. "
+                "The draft and the target must share a tokenizer (see specdec_lib.vocab)."
+            )
+        _check_probabilities("q", q)
+    _check_probabilities("p", p)
+    if draft_tokens.numel() and (int(draft_tokens.min()) < 0 or int(draft_tokens.max()) >= vocab):
+        raise ConfigError(f"draft_tokens must be token ids in [0, {vocab}), got {draft_tokens.tolist()}.")
+
+
+def _check_round(p: torch.Tensor, q: torch.Tensor | None, draft_tokens: torch.Tensor) -> None:
+    """Validate one round: ``p: [k + 1, V]``, ``q: [k, V] | None``, ``draft_tokens: [k]``."""
+    if not isinstance(draft_tokens, torch.Tensor) or draft_tokens.ndim != 1:
+        raise ConfigError(f"draft_tokens must be a 1-D LongTensor [k], got {_shape(draft_tokens)}.")
+    _check_token_dtype(draft_tokens)
+    k = draft_tokens.shape[0]
+    if not isinstance(p, torch.Tensor) or p.ndim != 2:
+        raise ConfigError(f"p (the target's probabilities) must have shape [k + 1, V], got {_shape(p)}.")
+    if p.shape[0] != k + 1:
+        raise ConfigError(
+            f"p needs k + 1 = {k + 1} rows for k = {k} draft tokens (one per draft token plus one for the bonus "
+            f"token), got {p.shape[0]}."
+        )
+    if q is not None and (not isinstance(q, torch.Tensor) or q.ndim != 2 or q.shape[0] != k):
+        raise ConfigError(
+            f"q (the drafter's probabilities) must have shape [k = {k}, V] (the distribution each draft token "
+            f"was drawn from) or be None (no distribution: a point mass on each draft), got {_shape(q)}."
+        )
+    _check_values(p, q, draft_tokens)
+
+
+def _check_batch(p: torch.Tensor, q: torch.Tensor | None, draft_tokens: torch.Tensor,
+                 num_drafts: torch.Tensor | None) -> None:
+    """Validate a batch: ``p: [B, K + 1, V]``, ``q: [B, K, V] | None``, ``draft_tokens: [B, K]``, ``num_drafts: [B]``."""
+    if not isinstance(draft_tokens, torch.Tensor) or draft_tokens.ndim != 2:
+        raise ConfigError(f"draft_tokens must be a LongTensor [B, K] (one row per round), got {_shape(draft_tokens)}.")
+    _check_token_dtype(draft_tokens)
+    batch, width = draft_tokens.shape
+    if not isinstance(p, torch.Tensor) or p.ndim != 3 or tuple(p.shape[:2]) != (batch, width + 1):
+        raise ConfigError(
+            f"p (the target's probabilities) must have shape [B, K + 1, V] = [{batch}, {width + 1}, V] for draft "
+            f"tokens [B, K] = [{batch}, {width}] (a bonus row after each row's drafts), got {_shape(p)}."
+        )
+    if q is not None and (not isinstance(q, torch.Tensor) or q.ndim != 3 or tuple(q.shape[:2]) != (batch, width)):
+        raise ConfigError(f"q must have shape [B, K, V] = [{batch}, {width}, V] or be None, got {_shape(q)}.")
+    if num_drafts is not None:
+        if not isinstance(num_drafts, torch.Tensor) or num_drafts.shape != (batch,):
+            raise ConfigError(f"num_drafts must be a LongTensor [B] = [{batch}], got {_shape(num_drafts)}.")
+        if batch and (int(num_drafts.min()) < 0 or int(num_drafts.max()) > width):
+            raise ConfigError(f"num_drafts must lie in [0, K = {width}], got {num_drafts.tolist()}.")
+    _check_values(p, q, draft_tokens)
+
+
+# ------------------------------------------------------------------------------------------------ the drafted path
+
+
+@dataclass(frozen=True)
+class _Drafted:
+    """A batch of drafts and the probabilities of the drafted path, shared by the sampling verifiers.
+
+    ``tokens: [B, K]``; ``num_drafts: [B]``; ``valid: [B, K]`` position i < num_drafts[b]; ``q: [B, K + 1, V]`` the
+    reported q (a point mass per draft where the drafter gave None) with zero rows at and after each row's bonus
+    position; ``p_draft, q_draft: [B, K]`` p_i(x_i) and q_i(x_i) (q_draft > 0 on valid positions, checked).
+    """
+
+    tokens: torch.Tensor
+    num_drafts: torch.Tensor
+    valid: torch.Tensor
+    q: torch.Tensor
+    p_draft: torch.Tensor
+    q_draft: torch.Tensor
+
+
+def _drafted(p: torch.Tensor, q: torch.Tensor | None, draft_tokens: torch.Tensor,
+             num_drafts: torch.Tensor | None) -> _Drafted:
+    """Read the drafted path's p and q off validated batch inputs, and refuse a q that rules out its own draft."""
+    batch, width = draft_tokens.shape
+    tokens = draft_tokens.to(device=p.device, dtype=torch.long)
+    count = torch.full((batch,), width, device=p.device) if num_drafts is None else num_drafts.to(p.device)
+    valid = torch.arange(width, device=p.device) < count[:, None]  # [B, K]
+    if q is None:
+        q = torch.nn.functional.one_hot(tokens, p.shape[-1]).to(p.dtype)  # no distribution: a point mass per draft
+    q = torch.cat([q.to(device=p.device, dtype=p.dtype), p.new_zeros(batch, 1, p.shape[-1])], dim=1)  # [B, K + 1, V]
+    q = q * torch.cat([valid, valid.new_zeros(batch, 1)], dim=1)[..., None]  # q = 0 from each row's bonus position on
+    p_draft = p[:, :width].gather(-1, tokens[..., None])[..., 0]  # [B, K]: p_i(x_i)
+    q_draft = q[:, :width].gather(-1, tokens[..., None])[..., 0]  # [B, K]: q_i(x_i)
+    impossible = (valid & (q_draft <= 0)).nonzero()
+    if impossible.numel():
+        b, i = impossible[0].tolist()
+        where = f"position {i}" if batch == 1 else f"position {i} of row {b}"
+        raise ConfigError(
+            f"Draft token {int(tokens[b, i])} at {where} has probability q = 0 in the distribution the drafter "
+            "reported for it, so it cannot have been drawn from that distribution. A drafter must report in "
+            "Draft.probs the distribution it actually sampled each token from (the same logits_to_probs processing), "
+            "or probs=None for a point mass (see specdec_lib.drafters.base)."
+        )
+    return _Drafted(tokens, count, valid, q, p_draft, q_draft)
+
+
+def _accepted_prefix(accepted: torch.Tensor) -> torch.Tensor:
+    """``[B, K]`` bool -> ``[B]``: the length of each row's all-True prefix (stop at the first rejection)."""
+    return accepted.long().cumprod(dim=1).sum(dim=1)
+
+
+def _rows(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``table[b, index[b]]`` for every row b: ``[B, R, V]``, ``[B]`` -> ``[B, V]``."""
+    return table[torch.arange(table.shape[0], device=table.device), index]
+
+
+def _draw(distributions: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """One token per row of ``distributions: [B, V]`` -> ``LongTensor[B]`` (one multinomial call for the batch)."""
+    return torch.multinomial(distributions, num_samples=1, generator=generator)[:, 0]
+
+
+def _one_round(batch: BatchVerdict) -> VerifyResult:
+    return batch.results()[0]
+
+
+# ---------------------------------------------------------------------------------------------------------- greedy
+
+
+def verify_greedy_batch(target_logits: torch.Tensor, draft_tokens: torch.Tensor,
+                        num_drafts: torch.Tensor | None = None) -> BatchVerdict:
+    """Greedy verification of B rounds: ``target_logits: [B, K + 1, V]``, ``draft_tokens: LongTensor[B, K]``,
+    ``num_drafts: LongTensor[B]`` (None: K each). With ``t_{b,i} = argmax(target_logits[b, i])``, row b accepts its
+    longest prefix with ``d_{b,i} == t_{b,i}`` (never past ``num_drafts[b]``) and appends ``t_{b, n_b}``."""
+    if not isinstance(target_logits, torch.Tensor) or target_logits.ndim != 3:
+        raise ConfigError(f"target_logits must have shape [B, K + 1, V], got {_shape(target_logits)}.")
+    if not isinstance(draft_tokens, torch.Tensor) or draft_tokens.ndim != 2:
+        raise ConfigError(f"draft_tokens must have shape [B, K], got {_shape(draft_tokens)}.")
+    batch, width = draft_tokens.shape
+    if tuple(target_logits.shape[:2]) != (batch, width + 1):
+        raise ConfigError(
+            f"verify_greedy_batch needs target logits [B, K + 1, V] = [{batch}, {width + 1}, V] for draft tokens "
+            f"[{batch}, {width}], got {list(target_logits.shape)}."
+        )
+    choice = target_logits.argmax(dim=-1)  # [B, K + 1]: t_{b,i}, the target's greedy token after d_1 .. d_i
+    matches = draft_tokens.to(choice.device) == choice[:, :width]  # [B, K]
+    if num_drafts is not None:
+        count = num_drafts.to(choice.device)
+        matches &= torch.arange(width, device=choice.device) < count[:, None]
+    else:
+        count = torch.full((batch,), width, device=choice.device)
+    accepted = _accepted_prefix(matches)  # [B]
+    return BatchVerdict(accepted, choice.gather(1, accepted[:, None])[:, 0], accepted == count)
+
+
 def verify_greedy(target_logits: torch.Tensor, draft_tokens: torch.Tensor) -> VerifyResult:
     """Greedy verification of ``draft_tokens: LongTensor[k]`` against ``target_logits: FloatTensor[k + 1, V]``.
 
@@ -61,7 +258,7 @@ def verify_greedy(target_logits: torch.Tensor, draft_tokens: torch.Tensor) -> Ve
     The emitted tokens ``draft_tokens[:n] + [next_token]`` are exactly what the target's own greedy decoding
     would produce, which is why greedy speculative decoding is token-identical to the target alone.
     EOS-agnostic: stopping at an end-of-sequence token is the generation loop's job. Returns a `VerifyResult`
-    (the same type as `verify_exact`), ``kind`` ``"recovered"`` or ``"bonus"``.
+    (the same type as `verify_exact`), ``kind`` ``"recovered"`` or ``"bonus"``. One host transfer.
     """
     if target_logits.ndim != 2:
         raise ConfigError(f"target_logits must have shape [k + 1, V], got {list(target_logits.shape)}.")
@@ -73,12 +270,7 @@ def verify_greedy(target_logits: torch.Tensor, draft_tokens: torch.Tensor) -> Ve
             f"verify_greedy needs k + 1 = {k + 1} rows of target logits for k = {k} draft tokens "
             f"(one per draft token plus one for the bonus token), got {target_logits.shape[0]}."
         )
-    target_choice = target_logits.argmax(dim=-1)  # [k + 1]: t_i, the target's greedy token after d_1 .. d_i
-    matches = draft_tokens.to(target_choice.device) == target_choice[:k]  # [k] bool
-    prefix = matches.long().cumprod(dim=0).sum()  # length of the all-True prefix
-    # one transfer to the host (one synchronisation on a GPU): the prefix length and every t_i
-    num_accepted, *choices = torch.cat([prefix.view(1), target_choice]).tolist()
-    return VerifyResult(num_accepted, choices[num_accepted], "recovered" if num_accepted < k else "bonus")
+    return _one_round(verify_greedy_batch(target_logits[None], draft_tokens[None]))
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -124,52 +316,6 @@ def residual_distribution(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     return torch.where(total > 0, excess / safe_total, p)  # Z > 0: norm(max(p - q, 0)); Z = 0 (p == q): p
 
 
-def _check_probabilities(name: str, probs: torch.Tensor) -> None:
-    if not probs.is_floating_point():
-        raise ConfigError(f"{name} must be a floating-point tensor of probabilities, got dtype {probs.dtype}.")
-    if not bool((probs >= 0).all()):  # also False for NaN
-        raise ConfigError(
-            f"{name} must hold probabilities (>= 0, no NaN); it has negative or NaN entries. "
-            "Did you pass logits? Convert them with logits_to_probs(logits, sampling)."
-        )
-
-
-def _check_verify_inputs(p: torch.Tensor, q: torch.Tensor | None, draft_tokens: torch.Tensor) -> int:
-    """Validate shapes and values for `verify_exact` / `verify_relaxed`; returns k."""
-    if not isinstance(draft_tokens, torch.Tensor) or draft_tokens.ndim != 1:
-        shape = list(draft_tokens.shape) if isinstance(draft_tokens, torch.Tensor) else type(draft_tokens).__name__
-        raise ConfigError(f"draft_tokens must be a 1-D LongTensor [k], got {shape}.")
-    if draft_tokens.is_floating_point() or draft_tokens.dtype == torch.bool:
-        raise ConfigError(f"draft_tokens must hold integer token ids, got dtype {draft_tokens.dtype}.")
-    k = draft_tokens.shape[0]
-    if not isinstance(p, torch.Tensor) or p.ndim != 2:
-        shape = list(p.shape) if isinstance(p, torch.Tensor) else type(p).__name__
-        raise ConfigError(f"p (the target's probabilities) must have shape [k + 1, V], got {shape}.")
-    if p.shape[0] != k + 1:
-        raise ConfigError(
-            f"p needs k + 1 = {k + 1} rows for k = {k} draft tokens (one per draft token plus one for the bonus "
-            f"token), got {p.shape[0]}."
-        )
-    vocab = p.shape[1]
-    if q is not None:
-        if not isinstance(q, torch.Tensor) or q.ndim != 2 or q.shape[0] != k:
-            shape = list(q.shape) if isinstance(q, torch.Tensor) else type(q).__name__
-            raise ConfigError(
-                f"q (the drafter's probabilities) must have shape [k = {k}, V] (the distribution each draft token "
-                f"was drawn from) or be None (no distribution: a point mass on each draft), got {shape}."
-            )
-        if q.shape[1] != vocab:
-            raise ConfigError(
-                f"p and q must cover the same vocabulary, got V = {vocab} for p and V = {q.shape[1]} for q. "
-                "The draft and the target must share a tokenizer (see specdec_lib.vocab)."
-            )
-        _check_probabilities("q", q)
-    _check_probabilities("p", p)
-    if k and (int(draft_tokens.min()) < 0 or int(draft_tokens.max()) >= vocab):
-        raise ConfigError(f"draft_tokens must be token ids in [0, {vocab}), got {draft_tokens.tolist()}.")
-    return k
-
-
 def check_lenience(lenience: object) -> None:
     """Refuse a lenience that is not a finite number > 0 (`verify_relaxed`; 1 is exact verification)."""
     is_number = isinstance(lenience, (int, float)) and not isinstance(lenience, bool)
@@ -180,68 +326,28 @@ def check_lenience(lenience: object) -> None:
         )
 
 
-def _check_drafts_possible(q_draft: torch.Tensor, tokens: torch.Tensor) -> None:
-    """Refuse a draft token whose reported probability ``q_i(x_i)`` is 0: the drafter cannot have drawn it from q.
-
-    Such a q is a drafter bug (it reports another distribution than it sampled from), and the rule
-    ``u q < p`` would accept the token whenever p > 0, silently breaking the target's distribution. Refused loudly
-    rather than rejected quietly (vLLM's choice), so the drafter's author hears of it."""
-    impossible = (q_draft <= 0).nonzero()
-    if impossible.numel():
-        i = int(impossible[0, 0])
-        raise ConfigError(
-            f"Draft token {int(tokens[i])} at position {i} has probability q = 0 in the distribution the drafter "
-            "reported for it, so it cannot have been drawn from that distribution. A drafter must report in "
-            "Draft.probs the distribution it actually sampled each token from (the same logits_to_probs processing), "
-            "or probs=None for a point mass (see specdec_lib.drafters.base)."
-        )
-
-
-@dataclass(frozen=True)
-class _OnPath:
-    """Validated inputs of a sampling verifier and the probabilities of the drafted path."""
-
-    k: int
-    q: torch.Tensor  # [k, V], a point mass per draft when the drafter gave None
-    p_draft: torch.Tensor  # [k]: p_i(x_i), the target's probability of each draft token
-    q_draft: torch.Tensor  # [k]: q_i(x_i), the probability the drafter drew it with (> 0, checked)
-
-
-def _on_path(p: torch.Tensor, q: torch.Tensor | None, draft_tokens: torch.Tensor) -> _OnPath:
-    """Check the inputs of `verify_exact` / `verify_relaxed` / `verify_block` and read the drafted path's p and q."""
-    k = _check_verify_inputs(p, q, draft_tokens)
-    tokens = draft_tokens.to(device=p.device, dtype=torch.long)  # x_1 .. x_k
-    if q is None:
-        q = torch.nn.functional.one_hot(tokens, p.shape[1]).to(p.dtype)  # no distribution: q_i = point mass on x_i
-    q = q.to(device=p.device, dtype=p.dtype)
-    rows = torch.arange(k, device=p.device)
-    path = _OnPath(k, q, p[rows, tokens], q[rows, tokens])
-    _check_drafts_possible(path.q_draft, tokens)
-    return path
-
-
-def _rejection_sample(
-    p: torch.Tensor,
-    q: torch.Tensor | None,
-    draft_tokens: torch.Tensor,
-    generator: torch.Generator | None,
-    lenience: float,
-) -> VerifyResult:
+def _rejection_sample(p: torch.Tensor, drafted: _Drafted, generator: torch.Generator | None,
+                      lenience: float) -> BatchVerdict:
     """Shared body of `verify_exact` (``lenience = 1``) and `verify_relaxed`: accept with min(1, lenience p/q)."""
-    path = _on_path(p, q, draft_tokens)
-    k, q, p_draft, q_draft = path.k, path.q, path.p_draft, path.q_draft
-    u = torch.rand(k, generator=generator, device=p.device)  # [k]: one uniform u_i ~ U[0, 1) per position
+    u = torch.rand(drafted.tokens.shape, generator=generator, device=p.device)  # [B, K]: one u_i ~ U[0, 1) a position
     # accept x_i  <=>  u_i < min(1, l p_i(x_i) / q_i(x_i))  <=>  u_i q_i(x_i) < l p_i(x_i)   (no division, never NaN:
-    # q_i(x_i) > 0 is checked above; p = 0 rejects; l = lenience, 1 for exact verification)
-    accepted = u * q_draft < lenience * p_draft  # [k] bool
-    n = int(accepted.long().cumprod(dim=0).sum())  # accepted drafts: the all-True prefix, stop at the first rejection
-    if n < k:
-        distribution = residual_distribution(p[n], q[n])  # norm(max(p_n - q_n, 0)): the recovered token's law
-        kind: Kind = "recovered"
-    else:
-        distribution = p[k]  # every draft accepted: the target's next distribution gives a bonus token
-        kind = "bonus"
-    return VerifyResult(n, int(sample_token(distribution, generator)), kind)
+    # q_i(x_i) > 0 is checked; p = 0 rejects; l = lenience, 1 for exact verification); padding is never accepted
+    accepted = _accepted_prefix((u * drafted.q_draft < lenience * drafted.p_draft) & drafted.valid)  # [B]: n_b
+    bonus = accepted == drafted.num_drafts
+    p_n = _rows(p, accepted)  # [B, V]: p_n, the row after the accepted drafts (p_k, the bonus row, after all k)
+    # rejected at n: the recovered token's law is norm(max(p_n - q_n, 0)); all k accepted: q_k = 0, so it is p_k
+    distribution = torch.where(bonus[:, None], p_n, residual_distribution(p_n, _rows(drafted.q, accepted)))
+    return BatchVerdict(accepted, _draw(distribution, generator), bonus)
+
+
+def verify_exact_batch(p: torch.Tensor, q: torch.Tensor | None, draft_tokens: torch.Tensor,
+                       num_drafts: torch.Tensor | None = None,
+                       generator: torch.Generator | None = None) -> BatchVerdict:
+    """`verify_exact` for B rounds at once (module docstring's shapes): ``p: [B, K + 1, V]``, ``q: [B, K, V] | None``,
+    ``draft_tokens: LongTensor[B, K]``, ``num_drafts: LongTensor[B]`` (None: K each). One ``[B, K]`` block of
+    uniforms, then one multinomial draw of B recovered-or-bonus tokens, from ``generator``."""
+    _check_batch(p, q, draft_tokens, num_drafts)
+    return _rejection_sample(p, _drafted(p, q, draft_tokens, num_drafts), generator, lenience=1.0)
 
 
 def verify_exact(
@@ -272,7 +378,9 @@ def verify_exact(
     ``p_i == q_i``; see `residual_distribution`) are handled without NaNs. With one-hot p and q this is exactly
     `verify_greedy`.
     """
-    return _rejection_sample(p, q, draft_tokens, generator, lenience=1.0)
+    _check_round(p, q, draft_tokens)
+    q = None if q is None else q[None]
+    return _one_round(_rejection_sample(p[None], _drafted(p[None], q, draft_tokens[None], None), generator, 1.0))
 
 
 def verify_relaxed(
@@ -292,7 +400,10 @@ def verify_relaxed(
     what the trade costs; never use it where the speculative output must match the target's.
     """
     check_lenience(lenience)
-    return _rejection_sample(p, q, draft_tokens, generator, lenience=float(lenience))
+    _check_round(p, q, draft_tokens)
+    q = None if q is None else q[None]
+    drafted = _drafted(p[None], q, draft_tokens[None], None)
+    return _one_round(_rejection_sample(p[None], drafted, generator, float(lenience)))
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -302,7 +413,7 @@ def verify_relaxed(
 # the target likes what follows it more than the draft did. Block verification decides the accepted length tau of
 # the whole block jointly, from the on-path probabilities only. With w_0 = 1 and the *prefix weights*
 #
-#   w_i = min(w_{i-1} p_i(x_i) / q_i(x_i), 1)                     (how much of the target's path mass survives)
+#   w_{i+1} = min(w_i p_i(x_i) / q_i(x_i), 1)                      (how much of the target's path mass survives)
 #
 # the residual mass after keeping i drafts is Z_i = sum_x max(w_i p_i(x) - q_i(x), 0), with q_k = 0 at the bonus
 # position (so Z_k = w_k). Each length i gets the threshold h_i = Z_i / (Z_i + 1 - w_i) (h_0 = 1, h_k = w_k); with
@@ -310,7 +421,7 @@ def verify_relaxed(
 # token after the kept drafts is drawn from norm(max(w_tau p_tau - q_tau, 0)) (p_k for a full block). The paper
 # proves this emits exactly the target's distribution and accepts, in expectation, at least as many tokens as any
 # valid verifier that reads only the on-path probabilities (token-wise verification included). At temperature 0 the
-# weights are 0 or 1 and it coincides with greedy verification. Indices here are 0-based rows: p[i] is p_i.
+# weights are 0 or 1 and it coincides with greedy verification. Indices are 0-based rows: p[i] is p_i.
 # --------------------------------------------------------------------------------------------------------------
 
 
@@ -320,7 +431,7 @@ class BlockThresholds:
 
     ``weights: [k + 1]`` the prefix weights w_i; ``residual_mass: [k + 1]`` Z_i; ``thresholds: [k + 1]`` h_i, the
     probability that length i passes its test; ``residuals: [k + 1, V]`` ``max(w_i p_i - q_i, 0)`` (unnormalised),
-    whose normalisation the token after ``i`` kept drafts is drawn from.
+    whose normalisation the token after ``i`` kept drafts is drawn from. (In a batch, a leading ``[B]`` dimension.)
     """
 
     weights: torch.Tensor
@@ -330,28 +441,58 @@ class BlockThresholds:
 
     def length_distribution(self) -> torch.Tensor:
         """``[k + 1]``: P(tau = i) = h_i * prod_{j > i} (1 - h_j), the law of the accepted length for this draft."""
-        fail_after = torch.flip(torch.cumprod(torch.flip(1 - self.thresholds, [0]), 0), [0])  # prod_{j >= i} (1 - h_j)
-        later = torch.cat([fail_after[1:], fail_after.new_ones(1)])  # prod_{j > i} (1 - h_j)
+        fail_after = torch.flip(torch.cumprod(torch.flip(1 - self.thresholds, [-1]), -1), [-1])  # prod_{j >= i} (1 - h_j)
+        later = torch.cat([fail_after[..., 1:], torch.ones_like(fail_after[..., :1])], dim=-1)  # prod_{j > i} (1 - h_j)
         return self.thresholds * later
+
+
+def _block_thresholds(p: torch.Tensor, drafted: _Drafted) -> BlockThresholds:
+    """`BlockThresholds` of a batch ``[B, K + 1]``; lengths beyond a row's own drafts get threshold 0 (never kept)."""
+    width = drafted.tokens.shape[1]
+    ratio = drafted.p_draft / torch.where(drafted.valid, drafted.q_draft, 1.0)  # [B, K]: p_i(x_i) / q_i(x_i)
+    weights = [p.new_ones(p.shape[0])]  # w_0 = 1
+    for i in range(width):
+        weights.append(torch.clamp(weights[-1] * ratio[:, i], max=1.0))  # w_{i+1}
+    w = torch.stack(weights, dim=1)  # [B, K + 1]
+    residuals = (w[..., None] * p - drafted.q).clamp_min(0)  # [B, K + 1, V]: max(w_i p_i - q_i, 0), q = 0 at the bonus
+    mass = residuals.sum(dim=-1)  # [B, K + 1]: Z_i
+    denominator = mass + 1 - w
+    thresholds = torch.where(denominator > 0, mass / torch.where(denominator > 0, denominator, 1), 0.0).clamp(0, 1)
+    thresholds[:, 0] = 1.0  # w_0 = 1: h_0 = Z_0 / Z_0, and tau = 0 is always possible
+    possible = torch.arange(width + 1, device=p.device) <= drafted.num_drafts[:, None]  # [B, K + 1]
+    return BlockThresholds(w, mass, thresholds * possible, residuals)
 
 
 def block_thresholds(p: torch.Tensor, q: torch.Tensor | None, draft_tokens: torch.Tensor) -> BlockThresholds:
     """The prefix weights, residuals and thresholds of block verification (section comment above) for
     ``draft_tokens: LongTensor[k]`` with ``p: FloatTensor[k + 1, V]`` and ``q: FloatTensor[k, V] | None`` as in
     `verify_exact`. Pure and deterministic: the randomness is all in `verify_block`'s draws."""
-    path = _on_path(p, q, draft_tokens)
-    k = path.k
-    weights = [p.new_ones(())]  # w_0 = 1
-    for i in range(k):
-        weights.append(torch.clamp(weights[-1] * path.p_draft[i] / path.q_draft[i], max=1.0))  # w_{i+1}
-    w = torch.stack(weights)  # [k + 1]
-    q_ext = torch.cat([path.q, p.new_zeros(1, p.shape[1])])  # [k + 1, V]: q_k = 0 at the bonus position
-    residuals = (w[:, None] * p - q_ext).clamp_min(0)  # [k + 1, V]: max(w_i p_i - q_i, 0)
-    mass = residuals.sum(dim=-1)  # [k + 1]: Z_i
-    denominator = mass + 1 - w
-    thresholds = torch.where(denominator > 0, mass / torch.where(denominator > 0, denominator, 1), 0.0).clamp(0, 1)
-    thresholds[0] = 1.0  # w_0 = 1: h_0 = Z_0 / Z_0, and tau = 0 is always possible
-    return BlockThresholds(w, mass, thresholds, residuals)
+    _check_round(p, q, draft_tokens)
+    q = None if q is None else q[None]
+    block = _block_thresholds(p[None], _drafted(p[None], q, draft_tokens[None], None))
+    return BlockThresholds(block.weights[0], block.residual_mass[0], block.thresholds[0], block.residuals[0])
+
+
+def _block_sample(p: torch.Tensor, drafted: _Drafted, generator: torch.Generator | None) -> BatchVerdict:
+    block = _block_thresholds(p, drafted)
+    eta = torch.rand(block.thresholds.shape, generator=generator, device=p.device)  # [B, K + 1]: one per length
+    passing = eta <= block.thresholds  # lengths whose own test passed (0 always does)
+    lengths = torch.arange(passing.shape[1], device=p.device)
+    tau = torch.where(passing, lengths, 0).amax(dim=1)  # [B]: the longest passing length
+    bonus = tau == drafted.num_drafts
+    residual, mass = _rows(block.residuals, tau), _rows(block.residual_mass[..., None], tau)  # [B, V], [B, 1]
+    recovered = torch.where(mass > 0, residual / torch.where(mass > 0, mass, 1), _rows(p, tau))  # Z = 0: never drawn
+    distribution = torch.where(bonus[:, None], _rows(p, tau), recovered)
+    return BatchVerdict(tau, _draw(distribution, generator), bonus)
+
+
+def verify_block_batch(p: torch.Tensor, q: torch.Tensor | None, draft_tokens: torch.Tensor,
+                       num_drafts: torch.Tensor | None = None,
+                       generator: torch.Generator | None = None) -> BatchVerdict:
+    """`verify_block` for B rounds at once (shapes as in `verify_exact_batch`): one ``[B, K + 1]`` block of
+    uniforms, then one multinomial draw of B tokens."""
+    _check_batch(p, q, draft_tokens, num_drafts)
+    return _block_sample(p, _drafted(p, q, draft_tokens, num_drafts), generator)
 
 
 def verify_block(
@@ -369,13 +510,6 @@ def verify_block(
     exactly like the target's own samples, and never fewer accepted tokens in expectation than `verify_exact`: on
     the paper's two-symbol toy (p = (1/3, 2/3), q = (2/3, 1/3), k = 2) 11/9 against 10/9.
     """
-    block = block_thresholds(p, q, draft_tokens)
-    k = block.weights.shape[0] - 1
-    eta = torch.rand(k + 1, generator=generator, device=p.device)  # [k + 1]: one uniform per length
-    passing = (eta <= block.thresholds).nonzero()  # lengths whose own test passed (0 always does)
-    tau = int(passing[-1, 0])
-    if tau == k:
-        return VerifyResult(k, int(sample_token(p[k], generator)), "bonus")
-    mass = block.residual_mass[tau]
-    distribution = block.residuals[tau] / mass if mass > 0 else p[tau]  # Z = 0 only when tau is never drawn
-    return VerifyResult(tau, int(sample_token(distribution, generator)), "recovered")
+    _check_round(p, q, draft_tokens)
+    q = None if q is None else q[None]
+    return _one_round(_block_sample(p[None], _drafted(p[None], q, draft_tokens[None], None), generator))

@@ -5,7 +5,7 @@ import warnings
 import pytest
 import torch
 
-from conftest import hf_greedy
+from helpers import hf_greedy
 from specdec_lib.baseline import autoregressive_generate
 from specdec_lib.errors import ConfigError, ContextOverflowError, InputError
 from specdec_lib.sampling import SamplingConfig

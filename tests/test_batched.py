@@ -5,7 +5,7 @@ speculation switched off above a batch size. Tiny random models (tests/conftest.
 
 import pytest
 import torch
-from conftest import build_tiny_model, first_layer_draft, sharpen
+from helpers import build_tiny_model, first_layer_draft, sharpen
 
 from specdec_lib.baseline import autoregressive_generate
 from specdec_lib.batched_speculative import (

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import build_tiny_model, build_tiny_tokenizer, first_layer_draft, sharpen, transplant_intersection
+from helpers import build_tiny_model, build_tiny_tokenizer, first_layer_draft, sharpen, transplant_intersection
 from specdec_lib.bench import (
     ALPHA_FROM_THEORY,
     ALPHA_FROM_TRACE,

@@ -8,7 +8,7 @@ import warnings
 import pytest
 import torch
 
-from conftest import build_tiny_model, build_tiny_tokenizer, first_layer_draft, sharpen, transplant_intersection
+from helpers import build_tiny_model, build_tiny_tokenizer, first_layer_draft, sharpen, transplant_intersection
 from specdec_lib import (
     GREEDY,
     CrossTokenizerDrafter,

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from conftest import build_tiny_tokenizer
+from helpers import build_tiny_tokenizer
 from specdec_lib.baseline import autoregressive_generate
 from specdec_lib.drafters import Draft, Drafter, DraftModelDrafter, check_draft
 from specdec_lib.errors import ConfigError, InputError

@@ -11,7 +11,7 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from conftest import build_tiny_model, sharpen
+from helpers import build_tiny_model, sharpen
 from test_sampling_distribution import (
     PROMPT,
     SETTINGS,

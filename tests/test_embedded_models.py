@@ -4,7 +4,7 @@ Unit tests elsewhere use tiny random models; these run the real ``data/models`` 
 also check that what ships loads, fits its context, and decodes exactly like transformers.
 """
 import pytest
-from conftest import hf_greedy
+from helpers import hf_greedy
 
 from specdec_lib import (DraftModelDrafter, autoregressive_generate, load_pair, load_prompts,
                          speculative_generate)

@@ -18,7 +18,7 @@ import json
 import pytest
 import torch
 
-from conftest import build_tiny_model, sharpen
+from helpers import build_tiny_model, sharpen
 from test_sampling_distribution import (SETTINGS, SIGNIFICANCE, categories_for, exact_joint, speculative_samples,
                                         target_samples)
 from specdec_lib import (EagleDrafter, HeadsDrafter, autoregressive_generate, load_eagle, load_embedded, load_heads,

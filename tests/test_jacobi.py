@@ -10,7 +10,7 @@ import copy
 import pytest
 import torch
 
-from conftest import hf_greedy
+from helpers import hf_greedy
 from specdec_lib import autoregressive_generate, load_pair, load_prompts
 from specdec_lib.errors import ConfigError
 from specdec_lib.jacobi import jacobi_generate

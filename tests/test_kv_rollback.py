@@ -38,7 +38,7 @@ def perturbed_copy(model, scale: float, seed: int = 3):
 def target():
     """A tiny random Llama with a sharpened LM head: random models are near-uniform, so a sampled draft is
     almost always accepted; logits x 10 make sampling reject sometimes too (greedy is unchanged)."""
-    from conftest import build_tiny_model, sharpen
+    from helpers import build_tiny_model, sharpen
 
     return sharpen(build_tiny_model("llama", seed=0, num_layers=2), 10.0)
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from conftest import build_tiny_model
+from helpers import build_tiny_model
 from specdec_lib.errors import ConfigError, ContextOverflowError, InputError
 from specdec_lib.kv_cache import cache_length, crop_cache, new_cache
 from specdec_lib.modeling import (

@@ -12,7 +12,7 @@ import pytest
 import torch
 from transformers.generation.candidate_generator import PromptLookupCandidateGenerator
 
-from conftest import build_tiny_model, sharpen
+from helpers import build_tiny_model, sharpen
 from specdec_lib import (
     PromptLookupDrafter,
     autoregressive_generate,

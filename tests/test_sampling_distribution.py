@@ -21,7 +21,7 @@ import pytest
 import scipy.stats
 import torch
 
-from conftest import TINY_VOCAB, build_tiny_model, first_layer_draft, sharpen
+from helpers import TINY_VOCAB, build_tiny_model, first_layer_draft, sharpen
 from specdec_lib import DraftModelDrafter, autoregressive_generate, load_pair, load_prompts, speculative_generate
 from specdec_lib.errors import ConfigError
 from specdec_lib.sampling import GREEDY, SamplingConfig, logits_to_probs

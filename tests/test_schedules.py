@@ -8,7 +8,7 @@ the draft length now depends on the draft's own probabilities.
 import pytest
 import torch
 
-from conftest import build_tiny_model, first_layer_draft, sharpen
+from helpers import build_tiny_model, first_layer_draft, sharpen
 from test_sampling_distribution import PROMPT, SETTINGS, SIGNIFICANCE, categories_for, exact_joint, speculative_samples
 from specdec_lib import autoregressive_generate, speculative_generate
 from specdec_lib.drafters import (

@@ -9,7 +9,7 @@ import copy
 import pytest
 import torch
 
-from conftest import hf_greedy
+from helpers import hf_greedy
 from specdec_lib import Draft, Drafter, DraftModelDrafter, speculative_generate
 from specdec_lib.baseline import autoregressive_generate
 from specdec_lib.errors import ConfigError, InputError

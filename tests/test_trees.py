@@ -5,7 +5,7 @@ wrong rule built on purpose), and tree speculative decoding end to end (token-id
 import pytest
 import torch
 
-from conftest import build_tiny_model, first_layer_draft, sharpen
+from helpers import build_tiny_model, first_layer_draft, sharpen
 from specdec_lib import DraftModelDrafter, autoregressive_generate, speculative_generate
 from specdec_lib.drafters.tree import DraftModelTreeDrafter
 from specdec_lib.errors import ConfigError

@@ -8,7 +8,7 @@ import itertools
 import pytest
 import torch
 
-from conftest import build_tiny_model, first_layer_draft, sharpen
+from helpers import build_tiny_model, first_layer_draft, sharpen
 from specdec_lib import DraftModelDrafter, speculative_generate
 from specdec_lib.errors import ConfigError
 from specdec_lib.sampling import SamplingConfig, sample_token

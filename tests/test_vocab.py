@@ -2,7 +2,7 @@
 
 import pytest
 
-from conftest import build_tiny_tokenizer
+from helpers import build_tiny_tokenizer
 from specdec_lib.errors import ConfigError
 from specdec_lib.vocab import compare_vocabularies, require_same_tokenizer, require_vocab_covers
 
