@@ -235,6 +235,10 @@ def verify_greedy_batch(target_logits: torch.Tensor, draft_tokens: torch.Tensor,
             f"verify_greedy_batch needs target logits [B, K + 1, V] = [{batch}, {width + 1}, V] for draft tokens "
             f"[{batch}, {width}], got {list(target_logits.shape)}."
         )
+    if num_drafts is not None and (not isinstance(num_drafts, torch.Tensor) or num_drafts.shape != (batch,)
+                                   or (batch and (int(num_drafts.min()) < 0 or int(num_drafts.max()) > width))):
+        raise ConfigError(f"num_drafts must be a LongTensor [B] = [{batch}] of counts in [0, K = {width}], got "
+                          f"{num_drafts.tolist() if isinstance(num_drafts, torch.Tensor) else num_drafts!r}.")
     choice = target_logits.argmax(dim=-1)  # [B, K + 1]: t_{b,i}, the target's greedy token after d_1 .. d_i
     matches = draft_tokens.to(choice.device) == choice[:, :width]  # [B, K]
     if num_drafts is not None:

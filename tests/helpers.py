@@ -9,7 +9,8 @@ level ``alpha`` detects a deviation ``d = p1 - p0`` with the noncentrality ``lam
 Cauchy-Schwarz (``sum p0 = 1``) ``lambda >= 4 n TV(p0, p1)^2`` for n draws: so `detectable_tv` is the smallest total
 variation distance that *any* deviation must have to be caught with the given power, whatever its shape (a
 deviation concentrated on likely cells is caught well below it). Each statistical test states its draws next to
-this number (`tests/test_power.py` checks the statements), so a reader sees why it has that many draws.
+this number and asserts the statement with `detectable_tv`, so a reader sees why it has that many draws and the
+claim cannot drift from the code.
 """
 
 from __future__ import annotations
@@ -288,6 +289,43 @@ def transition_p_values(counts: torch.Tensor, target_chain: torch.Tensor) -> lis
     from specdec_lib.stats import chi_square_gof
 
     return [chi_square_gof(counts[a].tolist(), target_chain[a].tolist()).p_value for a in range(counts.shape[0])]
+
+
+def one_position_law(p: torch.Tensor, q_sampled: torch.Tensor, q_reported: torch.Tensor,
+                     lenience: float = 1.0) -> torch.Tensor:
+    """The exact law ``[..., V]`` of the token one verified position emits when its draft is drawn from
+    ``q_sampled`` and verified against ``q_reported`` (which must be > 0 wherever ``q_sampled`` is): x is accepted
+    with probability ``q_s(x) min(1, l p(x) / q_r(x))``, and the rejected mass is spread over the residual
+    ``norm(max(p - q_r, 0))``. It is p exactly when ``q_r = q_s`` and ``l = 1``; anything else is the output law of
+    a broken guarantee."""
+    from specdec_lib.verify import residual_distribution
+
+    accepted = torch.where(q_sampled > 0, q_sampled * torch.clamp(lenience * p / q_reported, max=1.0), 0.0)
+    return accepted + (1 - accepted.sum(dim=-1, keepdim=True)) * residual_distribution(p, q_reported)
+
+
+def expected_transitions(round_law, vocab: int, rounds: int) -> torch.Tensor:
+    """Exact expected transition counts ``[V, V]`` (float64) of one stream over ``rounds`` rounds from token 0 (where
+    the sampled streams start), when a round after last token a emits the tuple s with probability
+    ``round_law(a)[s]``: the law of each round's starting token is propagated through the chain of rounds."""
+    per_round = torch.zeros(vocab, vocab, vocab, dtype=torch.float64)  # [a, b, c]: E[b -> c in a round after a]
+    ends = torch.zeros(vocab, vocab, dtype=torch.float64)  # [a, y]: P(a round after a ends with y)
+    for a in range(vocab):
+        for emitted, probability in round_law(a).items():
+            for before, after in zip((a,) + emitted, emitted):
+                per_round[a, before, after] += probability
+            ends[a, emitted[-1]] += probability
+    state = torch.nn.functional.one_hot(torch.tensor(0), vocab).double()  # the first round starts at 0
+    total = torch.zeros(vocab, vocab, dtype=torch.float64)
+    for _ in range(rounds):
+        total += torch.einsum("a,abc->bc", state, per_round)
+        state = state @ ends
+    return total
+
+
+def row_laws(counts: torch.Tensor) -> torch.Tensor:
+    """Each row of a transition-count matrix ``[V, V]`` normalised to a law."""
+    return counts / counts.sum(dim=1, keepdim=True)
 
 
 # ------------------------------------------------------------------------------- drafters that are wrong on purpose

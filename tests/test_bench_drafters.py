@@ -11,7 +11,7 @@ import json
 import pytest
 import torch
 
-from specdec_lib import load_pair, load_prompts
+from specdec_lib import load_prompts
 from specdec_lib.bench.cli import load_cross_pair
 from specdec_lib.bench.drafters import (
     DEFAULT_GAMMAS,
@@ -26,17 +26,16 @@ from specdec_lib.training.measure import encode_prompts
 
 
 @pytest.fixture(scope="module")
-def pairs():
-    pair = load_pair("embedded")
-    return pair, load_cross_pair("embedded", pair)
+def pairs(embedded_pair):
+    return embedded_pair, load_cross_pair("embedded", embedded_pair)
 
 
 def test_every_drafter_row_is_identical_and_twins_carry_their_ratio(pairs):
     pair, cross = pairs
-    prompts = load_prompts("grounded", limit=2)
+    prompts = load_prompts("code", limit=2)
     prompt_ids = encode_prompts(pair.target_tokenizer, [p.prompt for p in prompts], torch.device("cpu"))
     gammas = {name: (2,) for name in DRAFTERS}
-    rows = task_rows(pair, cross, prompt_ids, gammas, max_new_tokens=8, repeats=1, progress=False)
+    rows = task_rows(pair, cross, prompt_ids, gammas, max_new_tokens=5, repeats=1, progress=False)
     names = [row["method"] for row in rows]
     assert names[0] == "autoregressive"
     assert set(DRAFTERS) <= set(names) and {"hf-assisted", "hf-prompt-lookup", "hf-early-exit"} <= set(names)
@@ -49,7 +48,7 @@ def test_every_drafter_row_is_identical_and_twins_carry_their_ratio(pairs):
     for name in ("draft-model", "prompt-lookup", "early-exit"):  # the rows with a transformers twin
         assert next(r for r in rows if r["method"] == name)["over_transformers"] > 0
     assert next(r for r in rows if r["method"] == "suffix")["over_transformers"] is None
-    table = format_rows("grounded", rows)
+    table = format_rows("code", rows)
     assert "early-exit" in table and "NO" not in table
 
 

@@ -1,18 +1,38 @@
 """Token trees: shapes, the tree mask and positions (checked against chain forwards), KV compaction (checked
 against a fresh prefill), greedy and exact tree verification (hand-made logits, a Markov-chain target and a
-wrong rule built on purpose), and tree speculative decoding end to end (token-identical greedy, exact sampling)."""
+wrong rule built on purpose, its effect computed exactly by enumerating every round), and tree speculative decoding
+end to end (token-identical greedy on a chosen grid, the full grid behind ``slow``; exact sampling).
+
+`verify_tree_exact` verifies one tree at a time (~0.1 ms), so its statistical tests are sized to the effect they
+must catch, and say so (`detectable_tv`: power 0.9 at their p-value threshold)."""
+
+import itertools
+from collections import defaultdict
 
 import pytest
 import torch
 
-from helpers import build_tiny_model, first_layer_draft, sharpen
+from helpers import (
+    NEW_TOKENS,
+    PROMPT,
+    SETTINGS,
+    SIGNIFICANCE,
+    TESTED,
+    categories_for,
+    detectable_tv,
+    exact_joint,
+    expected_transitions,
+    random_chains,
+    row_laws,
+    transition_p_values,
+)
 from specdec_lib import DraftModelDrafter, autoregressive_generate, speculative_generate
 from specdec_lib.drafters.tree import DraftModelTreeDrafter
 from specdec_lib.errors import ConfigError
 from specdec_lib.kv_cache import cache_length, compact_cache, new_cache
 from specdec_lib.modeling import forward_with_cache
-from specdec_lib.sampling import SamplingConfig, sample_token
-from specdec_lib.stats import chi_square_gof, chi_square_homogeneity
+from specdec_lib.sampling import sample_token
+from specdec_lib.stats import bucket_counts, chi_square_gof, total_variation
 from specdec_lib.tree_speculative import tree_speculative_generate
 from specdec_lib.trees import (
     TreeShape,
@@ -25,8 +45,6 @@ from specdec_lib.trees import (
     verify_tree_exact,
     verify_tree_greedy,
 )
-
-SIGNIFICANCE = 0.001
 
 
 # ---------------------------------------------------------------- shapes, masks, positions
@@ -70,8 +88,9 @@ def test_siblings_never_see_each_other():
 
 
 @pytest.fixture(scope="module")
-def target():
-    return sharpen(build_tiny_model("llama", seed=0, num_layers=2))
+def target(sharp_tiny_pair):
+    """The sharpened tiny target (peaked distributions: tree candidates are both accepted and rejected)."""
+    return sharp_tiny_pair[0]
 
 
 def _chain_logits(model, ids: list[int]) -> torch.Tensor:
@@ -148,32 +167,48 @@ def test_tree_verification_checks_its_shapes():
         verify_tree_exact(torch.full((4, 8), 1 / 8), torch.tensor([1, 2]), (-1, -1, 0))
 
 
+ROOT_DRAWS = 3000  # ~0.4 s of `verify_tree_exact` calls
+
+
 def test_exact_tree_verification_emits_the_targets_distribution_at_the_root():
-    """Candidates 2, 0, 5 under the root (5 impossible under p): the first emitted token is distributed as p."""
+    """Candidates 2, 0, 5 under the root (5 impossible under p): the first emitted token is distributed as p. Over
+    the 5 possible tokens ROOT_DRAWS trees catch a deviation of TV 0.05 (power 0.9 at p < SIGNIFICANCE); drawing
+    the recovered token from p instead of the residual would move it by p(T) (1 - p(T)) = 0.21, T the candidates."""
     p = torch.tensor([0.3, 0.05, 0.4, 0.1, 0.15, 0.0])
     tokens, parents = torch.tensor([2, 0, 5]), (-1, -1, -1)
     rows = p.repeat(4, 1)
     generator = torch.Generator().manual_seed(0)
     first = []
-    for _ in range(20000):
+    for _ in range(ROOT_DRAWS):
         verdict = verify_tree_exact(rows, tokens, parents, generator)
         first.append(int(tokens[verdict.path[0]]) if verdict.path else verdict.next_token)
     counts = torch.bincount(torch.tensor(first), minlength=6)
-    assert counts[5] == 0
-    assert chi_square_gof(counts.tolist(), p.tolist()).passes(SIGNIFICANCE)
+    test = chi_square_gof(counts.tolist(), p.tolist())
+    assert counts[5] == 0 and test.passes(SIGNIFICANCE), (counts.tolist(), test)
+    candidates_mass = float(p[tokens].sum())  # p(T) = 0.7
+    assert detectable_tv(ROOT_DRAWS, test.cells) <= 0.05 < candidates_mass * (1 - candidates_mass) / 4
 
 
 # A context-dependent target: a Markov chain. The drafter's candidates at each node are the draft chain's top-2
-# (deterministic); the target's row at each node is P(. | the node's token).
-VOCAB, STREAM = 5, 12000
+# (deterministic, so each round's tree depends only on the last token); the target's row at each node is
+# P(. | the node's token). One stream of ROUNDS rounds (~0.5 s; ~1.2 tokens a round, 360 to 1600 per row).
+VOCAB, ROUNDS = 5, 3000
+P_CHAIN, Q_CHAIN = random_chains(VOCAB, seed=3, sharpness=2.0)
+SHAPE = TreeShape((2, 2))
+PARENTS, CHILDREN = SHAPE.parents(), children_of(SHAPE.parents())
 
 
-def _chains(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    generator = torch.Generator().manual_seed(seed)
-    return tuple(torch.softmax(torch.randn(VOCAB, VOCAB, generator=generator) * 2.0, -1) for _ in range(2))
+def candidate_tree(last: int) -> list[int]:
+    """The tokens of `SHAPE`'s nodes after ``last``: under each node, the draft chain's best candidates in order."""
+    tokens: list[int] = []
+    for node, parent in enumerate(PARENTS):
+        previous = last if parent < 0 else tokens[parent]
+        rank = PARENTS[:node].count(parent)  # the (rank + 1)-th best child
+        tokens.append(int(Q_CHAIN[previous].argsort(descending=True)[rank]))
+    return tokens
 
 
-P_CHAIN, Q_CHAIN = _chains(3)
+TREES = [candidate_tree(last) for last in range(VOCAB)]
 
 
 def recovered_from_p(p, tokens, parents, generator):
@@ -186,50 +221,87 @@ def recovered_from_p(p, tokens, parents, generator):
     return TreeVerdict(verdict.path, int(sample_token(p[row], generator)), verdict.kind)
 
 
-def markov_tree_stream(verifier, shape=TreeShape((2, 2)), seed: int = 0) -> list[int]:
+def markov_tree_counts(verifier, rounds: int = ROUNDS, seed: int = 0) -> torch.Tensor:
+    """Transition counts ``[V, V]`` of one stream from token 0, decoded speculatively for ``rounds`` rounds: each
+    round verifies the tree `TREES` gives after the last token with ``verifier`` (a `verify_tree_exact`-like rule)."""
     generator = torch.Generator().manual_seed(seed)
-    parents = shape.parents()
-    stream = [0]
-    while len(stream) < STREAM:
-        node_tokens: list[int] = []
-        for parent in parents:
-            previous = stream[-1] if parent < 0 else node_tokens[parent]
-            rank = sum(1 for q in parents[: len(node_tokens)] if q == parent)  # the (rank + 1)-th best child
-            node_tokens.append(int(Q_CHAIN[previous].argsort(descending=True)[rank]))
-        p_rows = P_CHAIN[torch.tensor([stream[-1]] + node_tokens)]  # [N + 1, V]
-        verdict = verifier(p_rows, torch.tensor(node_tokens), parents, generator)
-        stream += [node_tokens[i] for i in verdict.path] + [verdict.next_token]
-    return stream
+    tokens = [torch.tensor(tree) for tree in TREES]
+    p_rows = [P_CHAIN[torch.tensor([last] + tree)] for last, tree in enumerate(TREES)]  # [N + 1, V] per last token
+    counts = torch.zeros(VOCAB, VOCAB, dtype=torch.long)
+    last = 0
+    for _ in range(rounds):
+        verdict = verifier(p_rows[last], tokens[last], PARENTS, generator)
+        emitted = [TREES[last][node] for node in verdict.path] + [verdict.next_token]
+        for before, after in zip([last] + emitted, emitted):
+            counts[before, after] += 1
+        last = emitted[-1]
+    return counts
 
 
-def _transition_tests(stream: list[int]) -> list:
-    counts = torch.zeros(VOCAB, VOCAB)
-    for a, b in zip(stream, stream[1:]):
-        counts[a, b] += 1
-    return [chi_square_gof(counts[a].long().tolist(), P_CHAIN[a].tolist()) for a in range(VOCAB)]
+def tree_round_law(recovered_token_from_p: bool):
+    """``a -> {emitted tokens: probability}``: one round after token a, every outcome enumerated. At a node whose
+    token is b and whose candidates are C: each c in C is accepted with probability P[b, c] (point masses) and the
+    walk goes on below it; otherwise the round ends with x ~ P[b] restricted to x not in C (the residual), or, the
+    bug, x ~ P[b] with probability 1 - P[b](C). A leaf ends the round with a bonus x ~ P[b]."""
+    def law_after(a: int) -> dict:
+        law: dict = defaultdict(float)
+
+        def walk(row: int, token: int, emitted: tuple, probability: float) -> None:
+            candidates = {TREES[a][child]: child for child in CHILDREN[row]}
+            rejected = 1 - sum(float(P_CHAIN[token, c]) for c in candidates)
+            for following, p_following in enumerate(P_CHAIN[token].tolist()):
+                if following in candidates:
+                    walk(candidates[following] + 1, following, emitted + (following,), probability * p_following)
+                if recovered_token_from_p and candidates:
+                    law[emitted + (following,)] += probability * rejected * p_following
+                elif following not in candidates:
+                    law[emitted + (following,)] += probability * p_following
+
+        walk(0, a, (), 1.0)
+        return law
+    return law_after
+
+
+
+
 
 
 def test_exact_tree_verification_keeps_a_markov_target_transition_by_transition():
-    tests = _transition_tests(markov_tree_stream(verify_tree_exact))
-    assert all(test.passes(SIGNIFICANCE / VOCAB) for test in tests), tests
+    """A chi-square test per row (Bonferroni over the V rows): every row catches a deviation of TV 0.16 (power
+    0.9), the busiest one of 0.08."""
+    counts = markov_tree_counts(verify_tree_exact)
+    p_values = transition_p_values(counts, P_CHAIN)
+    assert all(p_value > SIGNIFICANCE / VOCAB for p_value in p_values), p_values
+    power = [detectable_tv(int(n), VOCAB, alpha=SIGNIFICANCE / VOCAB) for n in counts.sum(dim=1)]
+    assert max(power) <= 0.16 and min(power) <= 0.08, power
 
 
 def test_the_same_test_catches_a_recovered_token_drawn_from_p():
-    tests = _transition_tests(markov_tree_stream(recovered_from_p))
-    assert any(test.p_value < 1e-6 for test in tests), tests
+    """The wrong rule moves the transitions out of token 0 by a TV of 0.24 (exactly, every round enumerated; the
+    same enumeration gives P exactly for the right rule): the test's draws catch a deviation half that size with
+    power 0.9, and the test fails."""
+    exact = expected_transitions(tree_round_law(recovered_token_from_p=False), VOCAB, ROUNDS)
+    assert torch.allclose(row_laws(exact), P_CHAIN.double(), atol=1e-6)
+    wrong = expected_transitions(tree_round_law(recovered_token_from_p=True), VOCAB, ROUNDS)
+    effect = [total_variation(law, target) for law, target in zip(row_laws(wrong), P_CHAIN)]
+    assert effect[0] == pytest.approx(0.24, abs=0.01) and max(effect) == effect[0], effect
+    counts = markov_tree_counts(recovered_from_p)
+    assert detectable_tv(int(counts[0].sum()), VOCAB, alpha=SIGNIFICANCE / VOCAB) <= effect[0] / 2
+    p_values = transition_p_values(counts, P_CHAIN)
+    assert p_values[0] < SIGNIFICANCE / VOCAB, p_values  # measured: p = 1e-38 (the right rule: p >= 0.05 on every row)
 
 
 # ---------------------------------------------------------------- tree speculative decoding end to end
 
 
 @pytest.fixture(scope="module")
-def tree_drafter(target):
-    return DraftModelTreeDrafter(first_layer_draft(target))
+def tree_drafter(sharp_tiny_pair):
+    """A tree drafter on the sharpened target's first layer (it agrees with the target often, not always)."""
+    return DraftModelTreeDrafter(sharp_tiny_pair[1])
 
 
-@pytest.mark.parametrize("branching", [(1,), (2,), (3, 1), (2, 2, 1), (1, 1, 1, 1)])
-@pytest.mark.parametrize("max_new", [1, 2, 5, 17])
-def test_greedy_tree_decoding_is_token_identical_to_the_target_alone(target, tree_drafter, branching, max_new):
+def assert_greedy_tree_decoding_is_the_targets(target, tree_drafter, branching, max_new) -> None:
+    """Greedy tree decoding of two prompts (3 and 6 tokens) equals the target alone, token for token."""
     for prompt in ([[0, 5, 17]], [[3, 9, 27, 44, 2, 8]]):
         ids = torch.tensor(prompt)
         expected = autoregressive_generate(target, ids, max_new_tokens=max_new, eos_token_id=None).new_token_list
@@ -237,6 +309,27 @@ def test_greedy_tree_decoding_is_token_identical_to_the_target_alone(target, tre
                                            max_new_tokens=max_new, eos_token_id=None)
         assert result.new_token_list == expected, (branching, max_new, prompt)
         assert sum(r.emitted for r in result.trace.rounds) == max_new
+
+
+BRANCHINGS, MAX_NEW = [(1,), (2,), (3, 1), (2, 2, 1), (1, 1, 1, 1)], [1, 2, 5, 17]
+
+
+@pytest.mark.parametrize(("branching", "max_new"), [
+    pytest.param((2, 2), 1, id="max-new-1-prefill-only"),
+    pytest.param((2, 2, 1), 2, id="no-depth-fits-the-budget"),
+    pytest.param((2, 2, 1), 5, id="depth-cut-to-the-budget"),
+    pytest.param((3, 1), 17, id="branching-at-the-root"),
+    pytest.param((2, 2, 1), 17, id="branching-at-two-depths"),
+    pytest.param((1, 1, 1, 1), 17, id="chain-shape"),
+])
+def test_greedy_tree_decoding_is_token_identical_to_the_target_alone(target, tree_drafter, branching, max_new):
+    assert_greedy_tree_decoding_is_the_targets(target, tree_drafter, branching, max_new)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("branching", "max_new"), list(itertools.product(BRANCHINGS, MAX_NEW)))
+def test_greedy_tree_decoding_is_token_identical_on_the_full_grid(target, tree_drafter, branching, max_new):
+    assert_greedy_tree_decoding_is_the_targets(target, tree_drafter, branching, max_new)
 
 
 def test_a_chain_shaped_tree_runs_the_same_rounds_as_the_chain(target, tree_drafter):
@@ -258,19 +351,23 @@ def test_tree_decoding_stops_after_eos_like_the_baseline(target, tree_drafter):
     assert result.new_token_list == expected and result.new_token_list[-1] == eos
 
 
+TREE_DRAWS = 200  # ~2 s: tree_speculative_generate runs one at a time
+
+
 def test_tree_sampling_keeps_the_targets_distribution_end_to_end(target, tree_drafter):
-    """The first three tokens of many seeded runs, tree against the target alone (two-sample chi-square)."""
-    sampling, draws = SamplingConfig(temperature=1.0), 600
-    ids = torch.tensor([[0, 5, 17]])
-    tree = [tuple(tree_speculative_generate(target, tree_drafter, ids, shape=TreeShape((2, 2)), max_new_tokens=3,
-                                            sampling=sampling, seed=i, eos_token_id=None).new_token_list)
-            for i in range(draws)]
-    alone = [tuple(autoregressive_generate(target, ids, max_new_tokens=3, sampling=sampling, seed=10**6 + i,
-                                           eos_token_id=None).new_token_list) for i in range(draws)]
-    for position in range(3):
-        a = torch.bincount(torch.tensor([t[position] for t in tree]), minlength=64).tolist()
-        b = torch.bincount(torch.tensor([t[position] for t in alone]), minlength=64).tolist()
-        assert chi_square_homogeneity(a, b).passes(SIGNIFICANCE / 3), position
+    """The first three tokens of TREE_DRAWS seeded runs of 4 tokens at T = 0.7, top-p 0.9 (tokens 2 and 3 from a
+    (2, 2) tree round) against their exact law under the target alone (`exact_joint`, one-sample chi-square over
+    ~9 cells): a check of the wiring (tree rows processed and verified exactly), catching a deviation of TV 0.21
+    (power 0.9); the rule's own exactness is checked by the root and Markov tests above."""
+    sampling = SETTINGS["T=0.7, top_p=0.9"]
+    categories, probs = categories_for(exact_joint(target, PROMPT, sampling, (8, 6, 4)), TREE_DRAWS)
+    samples = [tuple(tree_speculative_generate(target, tree_drafter, PROMPT, shape=TreeShape((2, 2)),
+                                               max_new_tokens=NEW_TOKENS, sampling=sampling, seed=seed,
+                                               eos_token_id=None).new_token_list[:TESTED])
+               for seed in range(TREE_DRAWS)]
+    test = chi_square_gof(bucket_counts(samples, categories), probs)
+    assert test.passes(SIGNIFICANCE) and test.cells >= 8, test
+    assert detectable_tv(TREE_DRAWS, test.cells) <= 0.21
 
 
 def test_a_tree_shape_must_be_a_tree_shape(target, tree_drafter):
