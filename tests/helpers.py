@@ -183,6 +183,15 @@ def draws_to_detect(tv: float, cells: int, alpha: float = SIGNIFICANCE, power: f
     return int(lam / (4 * tv * tv)) + 1
 
 
+def rejection_power(probs: list[float], law: list[float], draws: int, alpha: float = SIGNIFICANCE) -> float:
+    """The probability that the chi-square goodness-of-fit test of ``draws`` samples against ``probs`` rejects at
+    level ``alpha`` when the samples follow ``law`` instead: the noncentral chi-square with ``len(probs) - 1``
+    degrees of freedom and ``lambda = draws sum_c (law_c - probs_c)^2 / probs_c`` (module docstring)."""
+    dof = len(probs) - 1
+    noncentrality = draws * sum((b - a) ** 2 / a for a, b in zip(probs, law) if a > 0)
+    return float(scipy.stats.ncx2.sf(scipy.stats.chi2.isf(alpha, dof), dof, noncentrality))
+
+
 # ------------------------------------------------------------------------- sampling end to end: the chi-square harness
 
 SETTINGS = {
@@ -191,6 +200,11 @@ SETTINGS = {
     "T=1.5, top_k=20": SamplingConfig(temperature=1.5, top_k=20),
 }
 PROMPT = torch.tensor([[0, 5, 17]])  # a tiny-model prompt
+# After [0, 20, 63] the sharp tiny target (`sharp_pair`) is peaked (15 outcomes expected 5 times in 300 draws at
+# T = 0.7, top_p = 0.9) and its first-layer draft is accepted about half the time, so a misreported q moves the
+# tested law far: chosen among 190 random prompts [0, a, b] for the noncentrality per draw of those bugs (0.38 for
+# the untempered q at T = 0.7, top_p = 0.9, against 0.10 after PROMPT, which would need 4 times the draws).
+PEAKED_PROMPT = torch.tensor([[0, 20, 63]])
 NEW_TOKENS, GAMMA, TESTED = 4, 3, 3  # tokens 2 and 3 are drafts of one round (k = 2), token 4 may be its bonus
 
 
@@ -238,6 +252,61 @@ def target_samples(target, prompt_ids, sampling, draws, seed=10**6, tokens: int 
     """The first ``tokens`` tokens of ``draws`` seeded runs of the target alone."""
     return [tuple(autoregressive_generate(target, prompt_ids, max_new_tokens=tokens, sampling=sampling,
                                           seed=seed + i).new_token_list) for i in range(draws)]
+
+
+# ------------------------------------------------------------------------------ greedy equivalence, tiny models
+
+def assert_greedy_equivalent(target, make_drafter, input_ids, *, gammas=(1, 2, 4, 8), lengths=(24,),
+                             eos_token_id=None):
+    """`speculative_generate` with a fresh ``make_drafter()`` equals `autoregressive_generate` token for token for
+    every gamma and length; returns the drafts accepted over all runs (so a caller can check drafting happened)."""
+    accepted = 0
+    for max_new_tokens in lengths:
+        expected = autoregressive_generate(target, input_ids, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id)
+        for gamma in gammas:
+            result = speculative_generate(target, make_drafter(), input_ids, gamma=gamma,
+                                          max_new_tokens=max_new_tokens, eos_token_id=eos_token_id)
+            assert result.new_token_list == expected.new_token_list, (input_ids.tolist(), gamma, max_new_tokens)
+            accepted += sum(record.accepted for record in result.trace.rounds)
+    return accepted
+
+
+def tiny_prompts(count: int, seed: int = 0) -> list[torch.Tensor]:
+    """Prompts for the tiny models (vocab 64): random ones, and ones made of a repeated random phrase."""
+    generator = torch.Generator().manual_seed(seed)
+    prompts = []
+    for i in range(count):
+        phrase = torch.randint(2, 64, (int(torch.randint(3, 9, (1,), generator=generator)),), generator=generator)
+        prompts.append((phrase.repeat(3) if i % 2 else phrase).view(1, -1))
+    return prompts
+
+
+def eos_cases(target, prompt: torch.Tensor, make_drafter, *, gamma: int = 4, length: int = 40):
+    """Stop-token checks: the target's greedy text after ``prompt`` falls into a loop; with the first ``length``
+    tokens of it pasted into the prompt, the drafter proposes spans of the loop. Each token of the loop in turn is
+    made the EOS id: the output must equal the baseline's (stopping right after the first EOS). Returns how many
+    runs ended on an EOS the drafter had proposed (an accepted draft, not the target's own token)."""
+    greedy = autoregressive_generate(target, prompt, max_new_tokens=2 * length, eos_token_id=None).new_token_list
+    context = torch.cat([prompt, torch.tensor([greedy[:length]])], dim=1)
+    drafted_eos = 0
+    for eos in sorted(set(greedy[length:])):
+        expected = autoregressive_generate(target, context, max_new_tokens=length, eos_token_id=eos)
+        result = speculative_generate(target, make_drafter(), context, gamma=gamma, max_new_tokens=length,
+                                      eos_token_id=eos)
+        assert result.new_token_list == expected.new_token_list, eos
+        assert result.new_token_list.count(eos) == 1 and result.new_token_list[-1] == eos
+        last = result.trace.rounds[-1]
+        drafted_eos += last.emitted <= last.accepted  # generation ended inside the accepted drafts
+    return drafted_eos
+
+
+def repeating_prompt(target) -> torch.Tensor:
+    """A prompt that ends where it began: ``[0, 5, 17] + greedy continuation + [0, 5, 17]``. After it, the target's
+    likely first tokens occur in the prompt, so a drafter that copies from the context (prompt lookup, suffix
+    decoding) proposes a continuation in most sampled runs."""
+    start = torch.tensor([[0, 5, 17]])
+    greedy = autoregressive_generate(target, start, max_new_tokens=10, eos_token_id=None).new_tokens
+    return torch.cat([start, greedy.view(1, -1), start], dim=1)
 
 
 # ----------------------------------------------------------------------------------- Markov-chain targets, batched
@@ -300,6 +369,7 @@ def one_position_law(p: torch.Tensor, q_sampled: torch.Tensor, q_reported: torch
     a broken guarantee."""
     from specdec_lib.verify import residual_distribution
 
+    assert bool((q_reported > 0)[q_sampled > 0].all()), "a drawable draft is reported with q = 0: the run would raise"
     accepted = torch.where(q_sampled > 0, q_sampled * torch.clamp(lenience * p / q_reported, max=1.0), 0.0)
     return accepted + (1 - accepted.sum(dim=-1, keepdim=True)) * residual_distribution(p, q_reported)
 
