@@ -7,7 +7,7 @@ a wrong residual, a cache rolled back one position off, a q that is not the one 
 the script copies the checkout into a temporary folder (the data folder linked, not copied), applies the edit
 there, and runs the fast suite with ``-x`` (stop at the first failure): first the test files that concern the
 mutant, then, if those pass, the whole fast suite to confirm a miss. It prints, per mutant, caught / MISSED and the
-seconds until the first failure, and exits 1 when any mutant is missed or no longer applies.
+seconds until the first failure, and exits 1 when any mutant is missed, hangs the suite or no longer applies.
 
     python scripts/mutants.py                 every mutant
     python scripts/mutants.py --list          the mutants and what each breaks
@@ -32,6 +32,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST_SUITE = ["-m", "not slow", "tests"]
+TIMEOUT = 900  # seconds one pytest run may take: a mutant that makes a loop spin forever is reported, not waited on
 COPIED = ["specdec_lib", "tests", "course", "scripts", "pyproject.toml", "README.md", "environment.yml"]
 
 
@@ -53,12 +54,12 @@ MUTANTS = [
            "exact verification accepts with min(1, q/p) instead of min(1, p/q)",
            ("tests/test_verify_exact.py",)),
     Mutant("recovered-from-p", "specdec_lib/verify.py",
-           "residual_distribution(p_n, _rows(drafted.q, accepted))", "p_n",
+           "residual_distribution(p_n, rows_at(drafted.q, accepted))", "p_n",
            "the recovered token is drawn from p instead of the residual norm(max(p - q, 0))",
            ("tests/test_verify_exact.py",)),
     Mutant("sampled-bonus-wrong-row", "specdec_lib/verify.py",
            "distribution = torch.where(bonus[:, None], p_n,",
-           "distribution = torch.where(bonus[:, None], _rows(p, (accepted - 1).clamp_min(0)),",
+           "distribution = torch.where(bonus[:, None], rows_at(p, (accepted - 1).clamp_min(0)),",
            "after a full accept the bonus token is drawn from the last draft's row p_{k-1} instead of p_k",
            ("tests/test_verify_exact.py",)),
     Mutant("greedy-bonus-wrong-row", "specdec_lib/verify.py",
@@ -73,7 +74,7 @@ MUTANTS = [
            ("tests/test_verify.py",)),
     Mutant("no-bonus-after-full-accept", "specdec_lib/speculative.py",
            "kept_until_stop(sequence[0, length : length + accepted + 1], stop_ids)",
-           "kept_until_stop(sequence[0, length : length + accepted + int(accepted < drafted)], stop_ids)",
+           "kept_until_stop(sequence[0, length : length + accepted + int(accepted < drafted or drafted == 0)], stop_ids)",
            "a round that accepts every draft emits no bonus token (still token-identical, one forward wasted)",
            ("tests/test_speculative.py",)),
     Mutant("target-cache-cropped-too-far", "specdec_lib/speculative.py",
@@ -98,9 +99,9 @@ MUTANTS = [
            "probs = torch.stack(rows) if rows else None", "probs = torch.stack(rows[1:] + rows[:1]) if rows else None",
            "the draft model reports q rows shifted by one position",
            ("tests/test_sampling_distribution.py",)),
-    Mutant("block-residual-without-prefix-weight", "specdec_lib/verify.py",
-           "residual, mass = _rows(block.residuals, tau), _rows(block.residual_mass[..., None], tau)",
-           "residual = (_rows(p, tau) - _rows(drafted.q, tau)).clamp_min(0); mass = residual.sum(-1, keepdim=True)",
+    Mutant("block-residual-without-prefix-weight", "specdec_lib/block_verify.py",
+           "residual, mass = rows_at(block.residuals, tau), rows_at(block.residual_mass[..., None], tau)",
+           "residual = (rows_at(p, tau) - rows_at(drafted.q, tau)).clamp_min(0); mass = residual.sum(-1, keepdim=True)",
            "block verification draws the token after tau kept drafts from max(p - q, 0), without the prefix weight w",
            ("tests/test_verify_block.py",)),
     Mutant("tree-mask-sees-sibling", "specdec_lib/trees.py",
@@ -163,8 +164,12 @@ def run_pytest(copy: Path, arguments: list[str]) -> tuple[int, float, str]:
     on the path)."""
     environment = {**os.environ, "PYTHONPATH": str(copy), "PYTHONDONTWRITEBYTECODE": "1"}
     start = time.perf_counter()
-    process = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-rfE", "-p", "no:cacheprovider", *arguments],
-                             cwd=copy, env=environment, capture_output=True, text=True)
+    try:
+        process = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-rfE", "-p", "no:cacheprovider",
+                                  *arguments], cwd=copy, env=environment, capture_output=True, text=True,
+                                 timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        return -1, time.perf_counter() - start, f"(no test finished within {TIMEOUT} s: the mutant hangs the suite)"
     seconds = time.perf_counter() - start
     failed = next((line.split(" ", 1)[1].split(" - ")[0] for line in process.stdout.splitlines()
                    if line.startswith(("FAILED ", "ERROR "))), "")
@@ -181,17 +186,19 @@ def check_copy_imports_itself(copy: Path) -> None:
 
 
 def test_mutant(mutant: Mutant, copy: Path) -> tuple[str, float, str]:
-    """("caught" | "MISSED", seconds until the first failure (or of the whole fast suite when missed), the test
-    that failed)."""
+    """("caught" | "MISSED" | "HANGS", seconds until the first failure (or of the whole fast suite when missed),
+    the test that failed)."""
     target = copy / mutant.path
     original = target.read_text(encoding="utf-8")
     target.write_text(applied(mutant, copy), encoding="utf-8")
     try:
         status, seconds, failed = run_pytest(copy, ["-m", "not slow", *mutant.first])
+        if status < 0:
+            return "HANGS", seconds, failed
         if status != 0:
             return "caught", seconds, failed
         status, more, failed = run_pytest(copy, FAST_SUITE)
-        return ("caught" if status != 0 else "MISSED"), seconds + more, failed
+        return ("HANGS" if status < 0 else "caught" if status != 0 else "MISSED"), seconds + more, failed
     finally:
         target.write_text(original, encoding="utf-8")
 

@@ -18,7 +18,7 @@ from .verify import verify_greedy
 
 # sampling verification (rejection sampling) and the statistics that check it
 from .verify import VerifyResult, acceptance_probability, residual_distribution, verify_exact, verify_relaxed
-from .verify import BlockThresholds, block_thresholds, verify_block
+from .block_verify import BlockThresholds, block_thresholds, verify_block
 from .stats import ChiSquareResult, chi_square_gof, chi_square_homogeneity, total_variation, tv_noise_floor
 
 # drafting across tokenizers (notebook 04)

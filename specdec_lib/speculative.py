@@ -27,7 +27,8 @@ from .modeling import check_generation_inputs, context_length, forward_with_cach
 from .sampling import GREEDY, SamplingConfig, logits_to_probs, make_generator, sample_token
 from .stopping import AUTO, stop_token_ids
 from .trace import GenerationResult, RoundRecord, Trace
-from .verify import VerifyResult, check_lenience, verify_block, verify_exact, verify_greedy, verify_relaxed
+from .block_verify import verify_block
+from .verify import VerifyResult, check_lenience, verify_exact, verify_greedy, verify_relaxed
 
 VERIFICATIONS = ("exact", "block", "relaxed")
 

@@ -12,7 +12,7 @@ So a round always emits ``accepted + 1`` tokens (from one target forward), betwe
 
 Greedy decoding verifies by comparing argmaxes (`verify_greedy`). Sampling verifies by modified rejection sampling
 (`verify_exact`), which keeps the target's output distribution exactly, or by block verification
-(`verify_block`), which decides the accepted prefix jointly. `verify_relaxed` accepts more drafts and is **not**
+(`specdec_lib.block_verify`), which decides the accepted prefix jointly. `verify_relaxed` accepts more drafts and is **not**
 distribution-preserving: it exists to measure what breaking the guarantee costs.
 
 **Shapes.** Each rule exists for one round (``p: [k + 1, V]``, ``draft_tokens: [k]``, returning a `VerifyResult`)
@@ -109,8 +109,8 @@ def _check_values(p: torch.Tensor, q: torch.Tensor | None, draft_tokens: torch.T
         raise ConfigError(f"draft_tokens must be token ids in [0, {vocab}), got {draft_tokens.tolist()}.")
 
 
-def _check_round(p: torch.Tensor, q: torch.Tensor | None, draft_tokens: torch.Tensor) -> None:
-    """Validate one round: ``p: [k + 1, V]``, ``q: [k, V] | None``, ``draft_tokens: [k]``."""
+def check_round(p: torch.Tensor, q: torch.Tensor | None, draft_tokens: torch.Tensor) -> None:
+    """Validate the inputs of a one-round sampling verifier: ``p: [k + 1, V]``, ``q: [k, V] | None``, ``draft_tokens: [k]``."""
     if not isinstance(draft_tokens, torch.Tensor) or draft_tokens.ndim != 1:
         raise ConfigError(f"draft_tokens must be a 1-D LongTensor [k], got {_shape(draft_tokens)}.")
     _check_token_dtype(draft_tokens)
@@ -130,9 +130,9 @@ def _check_round(p: torch.Tensor, q: torch.Tensor | None, draft_tokens: torch.Te
     _check_values(p, q, draft_tokens)
 
 
-def _check_batch(p: torch.Tensor, q: torch.Tensor | None, draft_tokens: torch.Tensor,
-                 num_drafts: torch.Tensor | None) -> None:
-    """Validate a batch: ``p: [B, K + 1, V]``, ``q: [B, K, V] | None``, ``draft_tokens: [B, K]``, ``num_drafts: [B]``."""
+def check_batch(p: torch.Tensor, q: torch.Tensor | None, draft_tokens: torch.Tensor,
+                num_drafts: torch.Tensor | None) -> None:
+    """Validate the inputs of a batched sampling verifier: ``p: [B, K + 1, V]``, ``q: [B, K, V] | None``, ``draft_tokens: [B, K]``, ``num_drafts: [B]``."""
     if not isinstance(draft_tokens, torch.Tensor) or draft_tokens.ndim != 2:
         raise ConfigError(f"draft_tokens must be a LongTensor [B, K] (one row per round), got {_shape(draft_tokens)}.")
     _check_token_dtype(draft_tokens)
@@ -156,8 +156,9 @@ def _check_batch(p: torch.Tensor, q: torch.Tensor | None, draft_tokens: torch.Te
 
 
 @dataclass(frozen=True)
-class _Drafted:
-    """A batch of drafts and the probabilities of the drafted path, shared by the sampling verifiers.
+class DraftedPath:
+    """A batch of drafts and the probabilities of the drafted path, shared by the sampling verifiers (token-wise
+    here, block in `specdec_lib.block_verify`).
 
     ``tokens: [B, K]``; ``num_drafts: [B]``; ``valid: [B, K]`` position i < num_drafts[b]; ``q: [B, K + 1, V]`` the
     reported q (a point mass per draft where the drafter gave None) with zero rows at and after each row's bonus
@@ -172,8 +173,8 @@ class _Drafted:
     q_draft: torch.Tensor
 
 
-def _drafted(p: torch.Tensor, q: torch.Tensor | None, draft_tokens: torch.Tensor,
-             num_drafts: torch.Tensor | None) -> _Drafted:
+def drafted_path(p: torch.Tensor, q: torch.Tensor | None, draft_tokens: torch.Tensor,
+                 num_drafts: torch.Tensor | None) -> DraftedPath:
     """Read the drafted path's p and q off validated batch inputs, and refuse a q that rules out its own draft."""
     batch, width = draft_tokens.shape
     tokens = draft_tokens.to(device=p.device, dtype=torch.long)
@@ -195,7 +196,7 @@ def _drafted(p: torch.Tensor, q: torch.Tensor | None, draft_tokens: torch.Tensor
             "Draft.probs the distribution it actually sampled each token from (the same logits_to_probs processing), "
             "or probs=None for a point mass (see specdec_lib.drafters.base)."
         )
-    return _Drafted(tokens, count, valid, q, p_draft, q_draft)
+    return DraftedPath(tokens, count, valid, q, p_draft, q_draft)
 
 
 def _accepted_prefix(accepted: torch.Tensor) -> torch.Tensor:
@@ -203,17 +204,18 @@ def _accepted_prefix(accepted: torch.Tensor) -> torch.Tensor:
     return accepted.long().cumprod(dim=1).sum(dim=1)
 
 
-def _rows(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+def rows_at(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     """``table[b, index[b]]`` for every row b: ``[B, R, V]``, ``[B]`` -> ``[B, V]``."""
     return table[torch.arange(table.shape[0], device=table.device), index]
 
 
-def _draw(distributions: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+def draw_each_row(distributions: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
     """One token per row of ``distributions: [B, V]`` -> ``LongTensor[B]`` (one multinomial call for the batch)."""
     return torch.multinomial(distributions, num_samples=1, generator=generator)[:, 0]
 
 
-def _one_round(batch: BatchVerdict) -> VerifyResult:
+def only_result(batch: BatchVerdict) -> VerifyResult:
+    """The `VerifyResult` of a batch of one round."""
     return batch.results()[0]
 
 
@@ -274,7 +276,7 @@ def verify_greedy(target_logits: torch.Tensor, draft_tokens: torch.Tensor) -> Ve
             f"verify_greedy needs k + 1 = {k + 1} rows of target logits for k = {k} draft tokens "
             f"(one per draft token plus one for the bonus token), got {target_logits.shape[0]}."
         )
-    return _one_round(verify_greedy_batch(target_logits[None], draft_tokens[None]))
+    return only_result(verify_greedy_batch(target_logits[None], draft_tokens[None]))
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -330,7 +332,7 @@ def check_lenience(lenience: object) -> None:
         )
 
 
-def _rejection_sample(p: torch.Tensor, drafted: _Drafted, generator: torch.Generator | None,
+def _rejection_sample(p: torch.Tensor, drafted: DraftedPath, generator: torch.Generator | None,
                       lenience: float) -> BatchVerdict:
     """Shared body of `verify_exact` (``lenience = 1``) and `verify_relaxed`: accept with min(1, lenience p/q)."""
     u = torch.rand(drafted.tokens.shape, generator=generator, device=p.device)  # [B, K]: one u_i ~ U[0, 1) a position
@@ -338,10 +340,10 @@ def _rejection_sample(p: torch.Tensor, drafted: _Drafted, generator: torch.Gener
     # q_i(x_i) > 0 is checked; p = 0 rejects; l = lenience, 1 for exact verification); padding is never accepted
     accepted = _accepted_prefix((u * drafted.q_draft < lenience * drafted.p_draft) & drafted.valid)  # [B]: n_b
     bonus = accepted == drafted.num_drafts
-    p_n = _rows(p, accepted)  # [B, V]: p_n, the row after the accepted drafts (p_k, the bonus row, after all k)
+    p_n = rows_at(p, accepted)  # [B, V]: p_n, the row after the accepted drafts (p_k, the bonus row, after all k)
     # rejected at n: the recovered token's law is norm(max(p_n - q_n, 0)); all k accepted: q_k = 0, so it is p_k
-    distribution = torch.where(bonus[:, None], p_n, residual_distribution(p_n, _rows(drafted.q, accepted)))
-    return BatchVerdict(accepted, _draw(distribution, generator), bonus)
+    distribution = torch.where(bonus[:, None], p_n, residual_distribution(p_n, rows_at(drafted.q, accepted)))
+    return BatchVerdict(accepted, draw_each_row(distribution, generator), bonus)
 
 
 def verify_exact_batch(p: torch.Tensor, q: torch.Tensor | None, draft_tokens: torch.Tensor,
@@ -350,8 +352,8 @@ def verify_exact_batch(p: torch.Tensor, q: torch.Tensor | None, draft_tokens: to
     """`verify_exact` for B rounds at once (module docstring's shapes): ``p: [B, K + 1, V]``, ``q: [B, K, V] | None``,
     ``draft_tokens: LongTensor[B, K]``, ``num_drafts: LongTensor[B]`` (None: K each). One ``[B, K]`` block of
     uniforms, then one multinomial draw of B recovered-or-bonus tokens, from ``generator``."""
-    _check_batch(p, q, draft_tokens, num_drafts)
-    return _rejection_sample(p, _drafted(p, q, draft_tokens, num_drafts), generator, lenience=1.0)
+    check_batch(p, q, draft_tokens, num_drafts)
+    return _rejection_sample(p, drafted_path(p, q, draft_tokens, num_drafts), generator, lenience=1.0)
 
 
 def verify_exact(
@@ -382,9 +384,18 @@ def verify_exact(
     ``p_i == q_i``; see `residual_distribution`) are handled without NaNs. With one-hot p and q this is exactly
     `verify_greedy`.
     """
-    _check_round(p, q, draft_tokens)
+    check_round(p, q, draft_tokens)
     q = None if q is None else q[None]
-    return _one_round(_rejection_sample(p[None], _drafted(p[None], q, draft_tokens[None], None), generator, 1.0))
+    return only_result(_rejection_sample(p[None], drafted_path(p[None], q, draft_tokens[None], None), generator, 1.0))
+
+
+def verify_relaxed_batch(p: torch.Tensor, q: torch.Tensor | None, draft_tokens: torch.Tensor,
+                         num_drafts: torch.Tensor | None = None, generator: torch.Generator | None = None, *,
+                         lenience: float) -> BatchVerdict:
+    """`verify_relaxed` for B rounds at once (shapes as in `verify_exact_batch`). NOT DISTRIBUTION-PRESERVING."""
+    check_lenience(lenience)
+    check_batch(p, q, draft_tokens, num_drafts)
+    return _rejection_sample(p, drafted_path(p, q, draft_tokens, num_drafts), generator, float(lenience))
 
 
 def verify_relaxed(
@@ -404,116 +415,7 @@ def verify_relaxed(
     what the trade costs; never use it where the speculative output must match the target's.
     """
     check_lenience(lenience)
-    _check_round(p, q, draft_tokens)
+    check_round(p, q, draft_tokens)
     q = None if q is None else q[None]
-    drafted = _drafted(p[None], q, draft_tokens[None], None)
-    return _one_round(_rejection_sample(p[None], drafted, generator, float(lenience)))
-
-
-# --------------------------------------------------------------------------------------------------------------
-# Block verification (Sun, Mendlovic, Leviathan, Aharoni, Beirami, Ro & Suresh, ICLR 2025)
-#
-# Token-wise verification stops at the first rejection, although a rejected x_i might have been worth keeping when
-# the target likes what follows it more than the draft did. Block verification decides the accepted length tau of
-# the whole block jointly, from the on-path probabilities only. With w_0 = 1 and the *prefix weights*
-#
-#   w_{i+1} = min(w_i p_i(x_i) / q_i(x_i), 1)                      (how much of the target's path mass survives)
-#
-# the residual mass after keeping i drafts is Z_i = sum_x max(w_i p_i(x) - q_i(x), 0), with q_k = 0 at the bonus
-# position (so Z_k = w_k). Each length i gets the threshold h_i = Z_i / (Z_i + 1 - w_i) (h_0 = 1, h_k = w_k); with
-# one uniform eta_i per length, tau = max{i : eta_i <= h_i} (the longest length that passes its own test), and the
-# token after the kept drafts is drawn from norm(max(w_tau p_tau - q_tau, 0)) (p_k for a full block). The paper
-# proves this emits exactly the target's distribution and accepts, in expectation, at least as many tokens as any
-# valid verifier that reads only the on-path probabilities (token-wise verification included). At temperature 0 the
-# weights are 0 or 1 and it coincides with greedy verification. Indices are 0-based rows: p[i] is p_i.
-# --------------------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class BlockThresholds:
-    """What block verification computes for one draft, for every accepted length ``i = 0 .. k``.
-
-    ``weights: [k + 1]`` the prefix weights w_i; ``residual_mass: [k + 1]`` Z_i; ``thresholds: [k + 1]`` h_i, the
-    probability that length i passes its test; ``residuals: [k + 1, V]`` ``max(w_i p_i - q_i, 0)`` (unnormalised),
-    whose normalisation the token after ``i`` kept drafts is drawn from. (In a batch, a leading ``[B]`` dimension.)
-    """
-
-    weights: torch.Tensor
-    residual_mass: torch.Tensor
-    thresholds: torch.Tensor
-    residuals: torch.Tensor
-
-    def length_distribution(self) -> torch.Tensor:
-        """``[k + 1]``: P(tau = i) = h_i * prod_{j > i} (1 - h_j), the law of the accepted length for this draft."""
-        fail_after = torch.flip(torch.cumprod(torch.flip(1 - self.thresholds, [-1]), -1), [-1])  # prod_{j >= i} (1 - h_j)
-        later = torch.cat([fail_after[..., 1:], torch.ones_like(fail_after[..., :1])], dim=-1)  # prod_{j > i} (1 - h_j)
-        return self.thresholds * later
-
-
-def _block_thresholds(p: torch.Tensor, drafted: _Drafted) -> BlockThresholds:
-    """`BlockThresholds` of a batch ``[B, K + 1]``; lengths beyond a row's own drafts get threshold 0 (never kept)."""
-    width = drafted.tokens.shape[1]
-    ratio = drafted.p_draft / torch.where(drafted.valid, drafted.q_draft, 1.0)  # [B, K]: p_i(x_i) / q_i(x_i)
-    weights = [p.new_ones(p.shape[0])]  # w_0 = 1
-    for i in range(width):
-        weights.append(torch.clamp(weights[-1] * ratio[:, i], max=1.0))  # w_{i+1}
-    w = torch.stack(weights, dim=1)  # [B, K + 1]
-    residuals = (w[..., None] * p - drafted.q).clamp_min(0)  # [B, K + 1, V]: max(w_i p_i - q_i, 0), q = 0 at the bonus
-    mass = residuals.sum(dim=-1)  # [B, K + 1]: Z_i
-    denominator = mass + 1 - w
-    thresholds = torch.where(denominator > 0, mass / torch.where(denominator > 0, denominator, 1), 0.0).clamp(0, 1)
-    thresholds[:, 0] = 1.0  # w_0 = 1: h_0 = Z_0 / Z_0, and tau = 0 is always possible
-    possible = torch.arange(width + 1, device=p.device) <= drafted.num_drafts[:, None]  # [B, K + 1]
-    return BlockThresholds(w, mass, thresholds * possible, residuals)
-
-
-def block_thresholds(p: torch.Tensor, q: torch.Tensor | None, draft_tokens: torch.Tensor) -> BlockThresholds:
-    """The prefix weights, residuals and thresholds of block verification (section comment above) for
-    ``draft_tokens: LongTensor[k]`` with ``p: FloatTensor[k + 1, V]`` and ``q: FloatTensor[k, V] | None`` as in
-    `verify_exact`. Pure and deterministic: the randomness is all in `verify_block`'s draws."""
-    _check_round(p, q, draft_tokens)
-    q = None if q is None else q[None]
-    block = _block_thresholds(p[None], _drafted(p[None], q, draft_tokens[None], None))
-    return BlockThresholds(block.weights[0], block.residual_mass[0], block.thresholds[0], block.residuals[0])
-
-
-def _block_sample(p: torch.Tensor, drafted: _Drafted, generator: torch.Generator | None) -> BatchVerdict:
-    block = _block_thresholds(p, drafted)
-    eta = torch.rand(block.thresholds.shape, generator=generator, device=p.device)  # [B, K + 1]: one per length
-    passing = eta <= block.thresholds  # lengths whose own test passed (0 always does)
-    lengths = torch.arange(passing.shape[1], device=p.device)
-    tau = torch.where(passing, lengths, 0).amax(dim=1)  # [B]: the longest passing length
-    bonus = tau == drafted.num_drafts
-    residual, mass = _rows(block.residuals, tau), _rows(block.residual_mass[..., None], tau)  # [B, V], [B, 1]
-    recovered = torch.where(mass > 0, residual / torch.where(mass > 0, mass, 1), _rows(p, tau))  # Z = 0: never drawn
-    distribution = torch.where(bonus[:, None], _rows(p, tau), recovered)
-    return BatchVerdict(tau, _draw(distribution, generator), bonus)
-
-
-def verify_block_batch(p: torch.Tensor, q: torch.Tensor | None, draft_tokens: torch.Tensor,
-                       num_drafts: torch.Tensor | None = None,
-                       generator: torch.Generator | None = None) -> BatchVerdict:
-    """`verify_block` for B rounds at once (shapes as in `verify_exact_batch`): one ``[B, K + 1]`` block of
-    uniforms, then one multinomial draw of B tokens."""
-    _check_batch(p, q, draft_tokens, num_drafts)
-    return _block_sample(p, _drafted(p, q, draft_tokens, num_drafts), generator)
-
-
-def verify_block(
-    p: torch.Tensor,
-    q: torch.Tensor | None,
-    draft_tokens: torch.Tensor,
-    generator: torch.Generator | None = None,
-) -> VerifyResult:
-    """Exact sampling verification that decides the accepted prefix jointly: block verification (Sun et al. 2025).
-
-    Same inputs and result as `verify_exact` (and the same refusal of a draft token with q = 0). With the prefix
-    weights, residuals and thresholds of `block_thresholds`, and ``k + 1`` uniforms drawn up front from
-    ``generator``: ``tau = max{i : eta_i <= h_i}`` drafts are kept and the next token is drawn from
-    ``norm(max(w_tau p_tau - q_tau, 0))`` (**recovered**, tau < k) or ``p_k`` (**bonus**, tau = k). Distributed
-    exactly like the target's own samples, and never fewer accepted tokens in expectation than `verify_exact`: on
-    the paper's two-symbol toy (p = (1/3, 2/3), q = (2/3, 1/3), k = 2) 11/9 against 10/9.
-    """
-    _check_round(p, q, draft_tokens)
-    q = None if q is None else q[None]
-    return _one_round(_block_sample(p[None], _drafted(p[None], q, draft_tokens[None], None), generator))
+    drafted = drafted_path(p[None], q, draft_tokens[None], None)
+    return only_result(_rejection_sample(p[None], drafted, generator, float(lenience)))

@@ -18,13 +18,14 @@ from transformers import LlamaForCausalLM, PreTrainedModel
 from helpers import build_tiny_model, save_tiny_model, sharp_pair
 
 
-@pytest.fixture(autouse=True, scope="session")
+@pytest.fixture(autouse=True)
 def one_thread():
-    """Tiny models run fastest on one thread (and far faster than two contended ones on a busy machine)."""
-    threads = torch.get_num_threads()
+    """Every test starts on one torch thread: tiny models run fastest on one (and far faster than two contended
+    ones while the other xdist worker is busy), and a command a test runs in-process (a bench or training CLI that
+    sets its own thread count) does not slow down the tests after it on the same worker."""
     torch.set_num_threads(1)
     yield
-    torch.set_num_threads(threads)
+    torch.set_num_threads(1)
 
 
 # ---------------------------------------------------------------------------------------- the embedded family

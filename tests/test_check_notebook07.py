@@ -8,7 +8,7 @@ import torch
 from specdec_lib import check
 from specdec_lib.check.notebook07 import CHAIN_FEEDBACK
 from specdec_lib.kv_cache import compact_cache
-from specdec_lib.verify import block_thresholds
+from specdec_lib.block_verify import block_thresholds
 
 # --- exercise 1: another toy -----------------------------------------------------------------------------------
 

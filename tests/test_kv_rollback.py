@@ -4,7 +4,8 @@ After each round the target's KV cache must equal (allclose) the cache a fresh p
 but the last would build, and the draft model's cache must equal a fresh prefill of what its ``state.ids``
 says it holds (a prefix of the committed sequence). The library's loop is not copied: a drafter subclass
 snapshots both caches in `accept` (called right after the target's rollback), and the target's cache is
-captured by wrapping ``specdec_lib.speculative.new_cache``.
+captured by wrapping ``specdec_lib.speculative.new_cache``. The fast suite checks each prompt at one gamma (every
+gamma once); the rest of the prompt x gamma grid is marked ``slow``.
 """
 
 import copy
@@ -21,6 +22,13 @@ from specdec_lib.kv_cache import new_cache
 from specdec_lib.sampling import GREEDY, SamplingConfig
 
 PROMPTS = [[0, 5, 17, 42, 3, 8, 61], [0, 9], [0, 33, 33, 12, 50, 7, 7, 7, 21, 40, 2, 6]]
+GAMMAS = [1, 3, 5]
+# the fast suite pairs each prompt with one gamma (all three gammas, all three prompts); the rest of the grid is slow
+PROMPT_GAMMA_GRID = [
+    pytest.param(prompt, gamma, id=f"prompt{index}-gamma{gamma}",
+                 marks=() if index == GAMMAS.index(gamma) else pytest.mark.slow)
+    for index, prompt in enumerate(PROMPTS) for gamma in GAMMAS
+]
 
 
 def perturbed_copy(model, scale: float, seed: int = 3):
@@ -145,8 +153,7 @@ def run_with_snapshots(target, draft, ids, target_caches, *, gamma, max_new_toke
 
 # ---- the invariant holds ------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("prompt", PROMPTS)
-@pytest.mark.parametrize("gamma", [1, 3, 5])
+@pytest.mark.parametrize("prompt, gamma", PROMPT_GAMMA_GRID)
 @pytest.mark.parametrize("sampling", [GREEDY, SamplingConfig(temperature=1.0)], ids=["greedy", "sampling"])
 def test_caches_equal_fresh_prefill_after_every_round(target, close_draft, captured_target_caches, prompt, gamma, sampling):
     draft = close_draft

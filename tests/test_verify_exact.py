@@ -33,14 +33,13 @@ from specdec_lib.stats import (
 from specdec_lib.verify import (
     BatchVerdict,
     VerifyResult,
-    _drafted,
-    _rejection_sample,
     acceptance_probability,
     residual_distribution,
     verify_exact,
     verify_exact_batch,
     verify_greedy,
     verify_relaxed,
+    verify_relaxed_batch,
 )
 
 # Rounds per toy case, verified in one batched call (milliseconds): over V = 6 cells a deviation of TV >= 0.014
@@ -80,7 +79,7 @@ def first_tokens(drafts: torch.Tensor, verdict: BatchVerdict) -> torch.Tensor:
 @lru_cache(maxsize=None)
 def rounds(case: str, k: int = 1, lenience: float = 1.0, seed: int = 0) -> tuple[torch.Tensor, BatchVerdict]:
     """`DRAWS` seeded rounds of k i.i.d. positions of `CASES[case]`, one batch row each: (drafts [DRAWS, k], the
-    verdict). ``lenience`` other than 1 runs `verify_relaxed`'s rule, whose body `_rejection_sample` is batched."""
+    verdict). ``lenience`` other than 1 runs `verify_relaxed`'s rule (`verify_relaxed_batch`)."""
     p, q_true, q_reported, _ = CASES[case]
     generator = torch.Generator().manual_seed(seed)
     drafts = torch.multinomial(q_true, DRAWS * k, replacement=True, generator=generator).view(DRAWS, k)
@@ -88,7 +87,7 @@ def rounds(case: str, k: int = 1, lenience: float = 1.0, seed: int = 0) -> tuple
     q_rows = None if q_reported is None else q_reported.expand(DRAWS, k, V)
     if lenience == 1.0:
         return drafts, verify_exact_batch(p_rows, q_rows, drafts, generator=generator)
-    return drafts, _rejection_sample(p_rows, _drafted(p_rows, q_rows, drafts, None), generator, lenience)
+    return drafts, verify_relaxed_batch(p_rows, q_rows, drafts, None, generator, lenience=lenience)
 
 
 # ---------------------------------------------------------------- tier 1: forced decisions, exact answers

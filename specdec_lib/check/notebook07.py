@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from ..kv_cache import PreallocatedCache, compact_cache
-from ..verify import block_thresholds
+from ..block_verify import block_thresholds
 from .core import Case, CheckReport, check_choice, close, find_mistake, mismatch, run_cases
 
 # --- exercise 1: another toy -----------------------------------------------------------------------------------
