@@ -14,9 +14,10 @@ from typing import Sequence
 
 # name -> (module with main(argv) -> int, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "doctor": ("specdec_lib.doctor", "check the environment, the device and the embedded models"),
+    "doctor": ("specdec_lib.teaching.doctor", "check the environment, the device and the embedded models"),
     "bench": ("specdec_lib.bench.cli", "benchmark speculative decoding against the baseline and transformers"),
-    "site": ("specdec_lib.site", "build the executed course into an offline static web site (stored outputs)"),
+    "site": ("specdec_lib.teaching.site", "build the executed course into an offline static web site (stored outputs)"),
+    "train": ("specdec_lib.training.cli", "reproduce the embedded model family, or one stage of it"),
 }
 
 

@@ -29,7 +29,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from .paths import data_dir
+from .core.paths import data_dir
 
 __all__ = ["Prompt", "TASKS", "REQUIRED_KEYS", "load_prompts", "prompts_dir"]
 
@@ -62,7 +62,7 @@ class Prompt:
 def prompts_dir() -> Path:
     """Return the folder holding the ``<task>.jsonl`` prompt files: ``<data>/prompts``.
 
-    The ``data/`` folder is found by :func:`specdec_lib.paths.data_dir`
+    The ``data/`` folder is found by :func:`specdec_lib.core.paths.data_dir`
     (``$SPECDEC_DATA_DIR`` if set, else the one in the repository), so that
     models and prompts always come from the same place.
     """

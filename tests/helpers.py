@@ -26,7 +26,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel, PreTrai
 
 from specdec_lib import autoregressive_generate, speculative_generate
 from specdec_lib.drafters.base import Draft, WrappedDrafter
-from specdec_lib.sampling import GREEDY, SamplingConfig, logits_to_probs
+from specdec_lib.core.sampling import GREEDY, SamplingConfig, logits_to_probs
 
 # ---------------------------------------------------------------------------------------------------- tiny models
 
@@ -118,7 +118,7 @@ def sharp_pair(seed: int = 0, factor: float = 30.0) -> tuple[PreTrainedModel, Pr
 def transplant_intersection(source: PreTrainedModel, draft: PreTrainedModel, source_tokenizer, draft_tokenizer) -> None:
     """Copy ``source``'s embedding and head rows to ``draft``'s ids of the same strings (vocabulary intersection),
     so a draft on another tokenizer still agrees with the source model."""
-    from specdec_lib.vocab import vocabulary_intersection
+    from specdec_lib.core.vocab import vocabulary_intersection
 
     source_ids, draft_ids = vocabulary_intersection(source_tokenizer, draft_tokenizer)
     with torch.no_grad():
@@ -355,7 +355,7 @@ def chain_transition_counts(verify_batch, target_chain: torch.Tensor, draft_chai
 
 def transition_p_values(counts: torch.Tensor, target_chain: torch.Tensor) -> list[float]:
     """One chi-square p-value per row a: do the transitions out of a follow ``target_chain[a]``?"""
-    from specdec_lib.stats import chi_square_gof
+    from specdec_lib.core.stats import chi_square_gof
 
     return [chi_square_gof(counts[a].tolist(), target_chain[a].tolist()).p_value for a in range(counts.shape[0])]
 
@@ -367,7 +367,7 @@ def one_position_law(p: torch.Tensor, q_sampled: torch.Tensor, q_reported: torch
     with probability ``q_s(x) min(1, l p(x) / q_r(x))``, and the rejected mass is spread over the residual
     ``norm(max(p - q_r, 0))``. It is p exactly when ``q_r = q_s`` and ``l = 1``; anything else is the output law of
     a broken guarantee."""
-    from specdec_lib.verify import residual_distribution
+    from specdec_lib.core.verify import residual_distribution
 
     assert bool((q_reported > 0)[q_sampled > 0].all()), "a drawable draft is reported with q = 0: the run would raise"
     accepted = torch.where(q_sampled > 0, q_sampled * torch.clamp(lenience * p / q_reported, max=1.0), 0.0)

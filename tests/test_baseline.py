@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from helpers import hf_greedy
-from specdec_lib.baseline import autoregressive_generate
-from specdec_lib.errors import ConfigError, ContextOverflowError, InputError
-from specdec_lib.sampling import SamplingConfig
-from specdec_lib.trace import acceptance_rate, target_forwards, tokens_per_target_forward
+from specdec_lib.core.baseline import autoregressive_generate
+from specdec_lib.core.errors import ConfigError, ContextOverflowError, InputError
+from specdec_lib.core.sampling import SamplingConfig
+from specdec_lib.core.trace import acceptance_rate, target_forwards, tokens_per_target_forward
 
 SAMPLING = SamplingConfig(temperature=1.0, top_k=20, top_p=0.95)
 

@@ -10,18 +10,18 @@ import pytest
 import torch
 
 from helpers import SIGNIFICANCE, detectable_tv, first_layer_draft, one_position_law
-from specdec_lib.baseline import autoregressive_generate
-from specdec_lib.batched_speculative import (
+from specdec_lib.core.baseline import autoregressive_generate
+from specdec_lib.core.batched_speculative import (
     BatchedDraft,
     BatchedDrafter,
     BatchedDraftModel,
     BatchedPromptLookup,
     batched_speculative_generate,
 )
-from specdec_lib.batching import BatchedResult, batched_autoregressive_generate, left_pad, position_ids_from_mask
-from specdec_lib.errors import ConfigError, ContextOverflowError, InputError
-from specdec_lib.sampling import SamplingConfig, logits_to_probs
-from specdec_lib.stats import chi_square_gof, histogram, total_variation
+from specdec_lib.core.batching import BatchedResult, batched_autoregressive_generate, left_pad, position_ids_from_mask
+from specdec_lib.core.errors import ConfigError, ContextOverflowError, InputError
+from specdec_lib.core.sampling import SamplingConfig, logits_to_probs
+from specdec_lib.core.stats import chi_square_gof, histogram, total_variation
 
 # five prompts of different lengths (random ids); with the tiny target's greedy output, token 36 first occurs at
 # new-token index 8, 5, 3, 6 and 21 of the five rows: EOS=36 makes them finish at different times

@@ -61,12 +61,12 @@ from specdec_lib.bench import (
     run_seed,
 )
 from specdec_lib.drafters import CrossTokenizerDrafter, CrossVocabularySamplingDrafter
-from specdec_lib.errors import ConfigError, ModelNotFoundError
-from specdec_lib.models import ModelPair
+from specdec_lib.core.errors import ConfigError, ModelNotFoundError
+from specdec_lib.loading import ModelPair
 from specdec_lib.prompts import Prompt
-from specdec_lib.sampling import SamplingConfig, logits_to_probs
-from specdec_lib.theory import expected_speedup
-from specdec_lib.trace import (
+from specdec_lib.core.sampling import SamplingConfig, logits_to_probs
+from specdec_lib.core.theory import expected_speedup
+from specdec_lib.core.trace import (
     GenerationResult,
     RoundRecord,
     Trace,
@@ -378,12 +378,12 @@ def test_parse_gammas(text, expected):
 @pytest.fixture
 def fake_loading(monkeypatch):
     """`load_pair` returns a tiny pair and `load_prompts` two short prompts, so the CLI runs in a second."""
-    import specdec_lib.models
+    import specdec_lib.loading
     import specdec_lib.prompts
 
     texts = ["def add(a, b):\n", "for item in items:\n", "import os\n"]
     prompts = [Prompt(f"code-{i:03d}", "code", text, "") for i, text in enumerate(texts, 1)]
-    monkeypatch.setattr(specdec_lib.models, "load_pair", lambda preset, device=None: tiny_pair())
+    monkeypatch.setattr(specdec_lib.loading, "load_pair", lambda preset, device=None: tiny_pair())
     monkeypatch.setattr(specdec_lib.prompts, "load_prompts", lambda task: prompts)
 
 
@@ -466,12 +466,12 @@ def test_cli_refuses_a_generation_longer_than_the_context(fake_loading, capsys):
 
 
 def test_cli_reports_missing_models_with_exit_code_1(monkeypatch, capsys):
-    import specdec_lib.models
+    import specdec_lib.loading
 
     def missing(preset, device=None):
         raise ModelNotFoundError("Model folder data/models/target does not exist.")
 
-    monkeypatch.setattr(specdec_lib.models, "load_pair", missing)
+    monkeypatch.setattr(specdec_lib.loading, "load_pair", missing)
     assert cli.main(["--prompts", "1"]) == 1
     assert "error: Model folder data/models/target does not exist." in capsys.readouterr().err
 
@@ -801,9 +801,9 @@ def test_a_cross_pair_must_share_the_target_and_translate(cross_setup):
 @pytest.fixture
 def fake_cross_loading(fake_loading, monkeypatch):
     """`fake_loading`, and --cross gets the tiny cross draft next to the (sharpened) tiny target."""
-    import specdec_lib.models
+    import specdec_lib.loading
 
-    monkeypatch.setattr(specdec_lib.models, "load_pair", lambda preset, device=None: sharp_pair())
+    monkeypatch.setattr(specdec_lib.loading, "load_pair", lambda preset, device=None: sharp_pair())
     monkeypatch.setattr(cli, "load_cross_pair", lambda preset, pair: tiny_cross_pair(pair))
 
 
@@ -843,7 +843,7 @@ def test_cli_cross_flag_parses_and_refuses_presets_without_a_cross_twin(capsys):
 
 
 def test_load_cross_pair_shares_the_target_object(monkeypatch):
-    import specdec_lib.models
+    import specdec_lib.loading
 
     pair = tiny_pair()
     tok_b = build_tiny_tokenizer("b")
@@ -853,7 +853,7 @@ def test_load_cross_pair_shares_the_target_object(monkeypatch):
         loaded.append((name, dtype))
         return build_tiny_model(seed=2, num_layers=1, vocab_size=72), tok_b
 
-    monkeypatch.setattr(specdec_lib.models, "load_embedded", fake_embedded)
+    monkeypatch.setattr(specdec_lib.loading, "load_embedded", fake_embedded)
     cross = cli.load_cross_pair("embedded", pair)
     assert loaded == [("draft_b", torch.float32)]  # only the draft: no second target
     assert cross.target is pair.target and cross.target_tokenizer is pair.target_tokenizer

@@ -6,8 +6,8 @@ import json
 import pytest
 
 from specdec_lib.bench import batches, cli, latency, plots, tuning
-from specdec_lib.theory import expected_speedup
-from specdec_lib.trace import RoundRecord, Trace
+from specdec_lib.core.theory import expected_speedup
+from specdec_lib.core.trace import RoundRecord, Trace
 
 
 @pytest.fixture(scope="module")

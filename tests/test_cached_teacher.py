@@ -8,8 +8,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from specdec_lib.train import QUICK, train_family
-from specdec_lib.train import main as train_main
+from specdec_lib.training.cli import QUICK, train_family
+from specdec_lib.training.cli import main as train_main
 from specdec_lib.training.cached_teacher import (CachedTeacherSpec, TeacherTopK, distill_on_cached_teacher,
                                                  sequences_of, teacher_top_k, top_k_kl)
 from specdec_lib.training.drafts import apply_fresh_text_to_shipped_draft

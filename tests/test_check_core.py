@@ -1,8 +1,8 @@
-"""The exercise-check machinery (specdec_lib.check.core) on hand-made answers: a pass, a wrong value, a stub, a crash."""
+"""The exercise-check machinery (specdec_lib.teaching.check.core) on hand-made answers: a pass, a wrong value, a stub, a crash."""
 
 import torch
 
-from specdec_lib.check.core import Case, check_choice, check_value, mismatch, run_cases, tensor_problem
+from specdec_lib.teaching.check.core import Case, check_choice, check_value, mismatch, run_cases, tensor_problem
 
 CASES = [Case("two plus two", (2, 2), 4), Case("negative numbers", (-1, -3), -4)]
 
@@ -76,7 +76,7 @@ def test_check_choice_explains_the_right_answer_and_each_wrong_one():
 
 
 def test_find_mistake_names_the_mistake_whose_answer_the_learner_gave():
-    from specdec_lib.check.core import find_mistake
+    from specdec_lib.teaching.check.core import find_mistake
 
     mistakes = [(lambda a, b: a - b, "you subtracted"), (lambda a, b: a * b, "you multiplied")]
     same = lambda x, y: x == y  # noqa: E731

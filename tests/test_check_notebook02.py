@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from specdec_lib import check
-from specdec_lib.verify import residual_distribution
+from specdec_lib.core.verify import residual_distribution
 
 
 def stub(*args):

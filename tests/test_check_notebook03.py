@@ -1,4 +1,4 @@
-"""The self-checks of notebook 03 (specdec_lib.check.notebook03): the solutions pass, typical mistakes get a hint."""
+"""The self-checks of notebook 03 (specdec_lib.teaching.check.notebook03): the solutions pass, typical mistakes get a hint."""
 
 import copy
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from specdec_lib import check
-from specdec_lib.kv_cache import crop_cache
+from specdec_lib.core.caches import crop_cache
 
 # --- exercise 1: my_crop ------------------------------------------------------------------------------------------
 

@@ -1,9 +1,9 @@
-"""The self-checks of notebook 04 (specdec_lib.check.notebook04): the solutions pass, typical mistakes get a hint."""
+"""The self-checks of notebook 04 (specdec_lib.teaching.check.notebook04): the solutions pass, typical mistakes get a hint."""
 
 import pytest
 
 from specdec_lib import check
-from specdec_lib.check.notebook04 import tokenizer_a
+from specdec_lib.teaching.check.notebook04 import tokenizer_a
 from specdec_lib.drafters.cross_tokenizer import continuation_ids, encode
 
 TOK_A = tokenizer_a()

@@ -3,7 +3,7 @@
 import pytest
 
 from specdec_lib import check
-from specdec_lib.check.notebook05 import EXIT_FEEDBACK
+from specdec_lib.teaching.check.notebook05 import EXIT_FEEDBACK
 
 # --- exercise 1: the most recent match -------------------------------------------------------------------------
 

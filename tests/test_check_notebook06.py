@@ -7,7 +7,7 @@ import pytest
 from specdec_lib import check
 from specdec_lib.bench.batches import choose_threshold
 from specdec_lib.drafters import ConfidenceStop, DraftStopRule
-from specdec_lib.theory import expected_speedup
+from specdec_lib.core.theory import expected_speedup
 
 # --- exercise 1: the best gamma, predicted ---------------------------------------------------------------------
 

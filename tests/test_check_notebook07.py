@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from specdec_lib import check
-from specdec_lib.check.notebook07 import CHAIN_FEEDBACK
-from specdec_lib.kv_cache import compact_cache
-from specdec_lib.block_verify import block_thresholds
+from specdec_lib.teaching.check.notebook07 import CHAIN_FEEDBACK
+from specdec_lib.core.caches import compact_cache
+from specdec_lib.core.block_verify import block_thresholds
 
 # --- exercise 1: another toy -----------------------------------------------------------------------------------
 

@@ -3,7 +3,7 @@
 import pytest
 
 from specdec_lib import check
-from specdec_lib.check.notebook08 import QUEUED_TTFT_FEEDBACK
+from specdec_lib.teaching.check.notebook08 import QUEUED_TTFT_FEEDBACK
 
 # --- exercise 1: our metrics from vLLM's counters -----------------------------------------------------------------
 

@@ -25,9 +25,9 @@ from specdec_lib import (
     speculative_generate,
 )
 from specdec_lib.drafters.cross_tokenizer import continuation_ids, decode, encode, naive_continuation_ids
-from specdec_lib.errors import ConfigError
-from specdec_lib.stats import bucket_counts, chi_square_gof
-from specdec_lib.vocab import compare_vocabularies, spelling_scheme, token_bytes, vocabulary_intersection
+from specdec_lib.core.errors import ConfigError
+from specdec_lib.core.stats import bucket_counts, chi_square_gof
+from specdec_lib.core.vocab import compare_vocabularies, spelling_scheme, token_bytes, vocabulary_intersection
 
 TASKS = ("code", "prose", "grounded")
 NEW_TOKENS = 24  # the slow tests' length

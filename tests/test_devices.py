@@ -6,8 +6,8 @@ import numpy
 import pytest
 import torch
 
-from specdec_lib.devices import describe_device, get_device, seed_everything, synchronize
-from specdec_lib.errors import ConfigError
+from specdec_lib.core.devices import describe_device, get_device, seed_everything, synchronize
+from specdec_lib.core.errors import ConfigError
 
 
 def test_env_var_selects_device(monkeypatch):

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from specdec_lib import __main__ as cli
-from specdec_lib import doctor
-from specdec_lib.doctor import CheckResult
+from specdec_lib.teaching import doctor
+from specdec_lib.teaching.doctor import CheckResult
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -144,7 +144,7 @@ def test_course_tools_all_present():
 
 
 def _fake_devices(get_device, describe_device=lambda d: f"described {d}"):
-    module = types.ModuleType("specdec_lib.devices")
+    module = types.ModuleType("specdec_lib.core.devices")
     module.get_device = get_device
     module.describe_device = describe_device
     return module
@@ -157,7 +157,7 @@ def test_device_check_uses_get_device_and_describe_device(monkeypatch):
         calls.append("get_device")
         return "cpu"
 
-    monkeypatch.setitem(sys.modules, "specdec_lib.devices", _fake_devices(get_device))
+    monkeypatch.setitem(sys.modules, "specdec_lib.core.devices", _fake_devices(get_device))
     result = doctor.check_device()
     assert result == CheckResult("device", True, "described cpu")
     assert calls == ["get_device"]
@@ -168,7 +168,7 @@ def test_device_check_reports_an_unavailable_device(monkeypatch):
         raise RuntimeError("CUDA is not available on this machine")
 
     monkeypatch.setenv("SPECDEC_DEVICE", "cuda")
-    monkeypatch.setitem(sys.modules, "specdec_lib.devices", _fake_devices(get_device))
+    monkeypatch.setitem(sys.modules, "specdec_lib.core.devices", _fake_devices(get_device))
     result = doctor.check_device()
     assert not result.ok
     assert "RuntimeError: CUDA is not available on this machine" in result.detail
@@ -176,7 +176,7 @@ def test_device_check_reports_an_unavailable_device(monkeypatch):
 
 
 def test_device_check_with_the_real_module_and_an_unavailable_device(monkeypatch):
-    devices = pytest.importorskip("specdec_lib.devices")
+    devices = pytest.importorskip("specdec_lib.core.devices")
     monkeypatch.setenv(devices.DEVICE_ENV_VAR, "no-such-device")
     result = doctor.check_device()
     assert not result.ok
@@ -184,7 +184,7 @@ def test_device_check_with_the_real_module_and_an_unavailable_device(monkeypatch
 
 
 def test_device_check_with_the_real_module(monkeypatch):
-    pytest.importorskip("specdec_lib.devices")
+    pytest.importorskip("specdec_lib.core.devices")
     monkeypatch.delenv("SPECDEC_DEVICE", raising=False)
     result = doctor.check_device()
     assert result.ok, result.detail
@@ -194,7 +194,7 @@ def test_device_check_with_the_real_module(monkeypatch):
 
 
 def _fake_models(load_embedded):
-    module = types.ModuleType("specdec_lib.models")
+    module = types.ModuleType("specdec_lib.loading")
     module.load_embedded = load_embedded
     return module
 
@@ -208,7 +208,7 @@ def test_model_check_loads_by_name_and_counts_parameters(monkeypatch):
         seen.append(name)
         return torch.nn.Linear(10, 10)  # 110 parameters
 
-    monkeypatch.setitem(sys.modules, "specdec_lib.models", _fake_models(load_embedded))
+    monkeypatch.setitem(sys.modules, "specdec_lib.loading", _fake_models(load_embedded))
     result = doctor.check_model("draft")
     assert seen == ["draft"]
     assert result == CheckResult("model draft", True, "loaded (0.00M parameters)")
@@ -218,7 +218,7 @@ def test_model_check_counts_parameters_of_a_model_and_tokenizer_pair(monkeypatch
     import torch
 
     pair = (torch.nn.Linear(1000, 1000), object())
-    monkeypatch.setitem(sys.modules, "specdec_lib.models", _fake_models(lambda name: pair))
+    monkeypatch.setitem(sys.modules, "specdec_lib.loading", _fake_models(lambda name: pair))
     assert doctor.check_model("target").detail == "loaded (1.00M parameters)"
 
 
@@ -226,29 +226,29 @@ def test_model_check_missing_models_dir_is_a_fail_line(monkeypatch):
     def load_embedded(name):
         raise FileNotFoundError(f"no embedded model at data/models/{name}")
 
-    monkeypatch.setitem(sys.modules, "specdec_lib.models", _fake_models(load_embedded))
+    monkeypatch.setitem(sys.modules, "specdec_lib.loading", _fake_models(load_embedded))
     out = io.StringIO()
     code = doctor.run_checks([doctor._model_check("target")], out=out)
     assert code == 1
     line = out.getvalue().splitlines()[0]
     assert line.startswith("FAIL  model target")
     assert "FileNotFoundError: no embedded model at data/models/target" in line
-    assert "python -m specdec_lib.train" in line
+    assert "python -m specdec_lib train" in line
 
 
 def test_model_check_with_the_real_loader_and_an_empty_data_dir(monkeypatch, tmp_path):
-    from specdec_lib.paths import DATA_DIR_ENV_VAR
+    from specdec_lib.core.paths import DATA_DIR_ENV_VAR
 
     monkeypatch.setenv(DATA_DIR_ENV_VAR, str(tmp_path))  # a data/ folder without models/
     out = io.StringIO()
     assert doctor.run_checks([doctor._model_check("target")], out=out) == 1
     line = out.getvalue().splitlines()[0]
     assert line.startswith("FAIL  model target")
-    assert "NotFound" in line and "python -m specdec_lib.train" in line
+    assert "NotFound" in line and "python -m specdec_lib train" in line
 
 
 def test_model_check_when_the_models_module_is_missing(monkeypatch):
-    monkeypatch.setitem(sys.modules, "specdec_lib.models", None)  # import raises ImportError
+    monkeypatch.setitem(sys.modules, "specdec_lib.loading", None)  # import raises ImportError
     result = doctor.check_model("draft_b")
     assert not result.ok and result.name == "model draft_b"
     assert "Error" in result.detail

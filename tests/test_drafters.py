@@ -4,13 +4,13 @@ import pytest
 import torch
 
 from helpers import build_tiny_tokenizer
-from specdec_lib.baseline import autoregressive_generate
+from specdec_lib.core.baseline import autoregressive_generate
 from specdec_lib.drafters import Draft, Drafter, DraftModelDrafter, check_draft
-from specdec_lib.errors import ConfigError, InputError
-from specdec_lib.modeling import forward_with_cache
-from specdec_lib.kv_cache import cache_length
-from specdec_lib.models import ModelPair
-from specdec_lib.sampling import GREEDY, SamplingConfig, logits_to_probs, make_generator
+from specdec_lib.core.errors import ConfigError, InputError
+from specdec_lib.core.forward import forward_with_cache
+from specdec_lib.core.caches import cache_length
+from specdec_lib.loading import ModelPair
+from specdec_lib.core.sampling import GREEDY, SamplingConfig, logits_to_probs, make_generator
 
 SAMPLING = SamplingConfig(temperature=0.8, top_k=20)
 

@@ -25,11 +25,11 @@ from helpers import (
     speculative_samples,
 )
 from specdec_lib import EarlyExitDrafter, autoregressive_generate, speculative_generate
-from specdec_lib.errors import ConfigError
-from specdec_lib.modeling import forward_with_cache
-from specdec_lib.paths import data_dir
-from specdec_lib.sampling import GREEDY, SamplingConfig
-from specdec_lib.stats import bucket_counts, chi_square_gof
+from specdec_lib.core.errors import ConfigError
+from specdec_lib.core.forward import forward_with_cache
+from specdec_lib.core.paths import data_dir
+from specdec_lib.core.sampling import GREEDY, SamplingConfig
+from specdec_lib.core.stats import bucket_counts, chi_square_gof
 
 
 @pytest.fixture(scope="module")
@@ -199,7 +199,7 @@ def test_the_shipped_ablation_shows_what_the_exit_loss_buys():
 def test_wrappers_pass_the_shared_cache_through(tiny_target):
     """The notebooks' round recorder and the benchmark's timer wrap drafters; the capability must survive."""
     from specdec_lib.bench import TimedDrafter
-    from specdec_lib.viz import trace_rounds
+    from specdec_lib.teaching.viz import trace_rounds
 
     expected = autoregressive_generate(tiny_target, PROMPT, max_new_tokens=20, eos_token_id=None).new_token_list
     result, views = trace_rounds(tiny_target, EarlyExitDrafter(tiny_target, 2), PROMPT, gamma=3, max_new_tokens=20,

@@ -14,8 +14,8 @@ import torch
 
 from helpers import greedy_tokens, hf_greedy
 from specdec_lib import DraftModelDrafter, GenerationResult, speculative_generate
-from specdec_lib.modeling import context_length
-from specdec_lib.vocab import compare_vocabularies
+from specdec_lib.core.forward import context_length
+from specdec_lib.core.vocab import compare_vocabularies
 
 NEW_TOKENS = 20
 GAMMAS = (1, 2, 3, 4, 6, 8)

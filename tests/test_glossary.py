@@ -20,7 +20,7 @@ import torch
 
 import specdec_lib
 from specdec_lib.bench.latency import trace_latency
-from specdec_lib.trace import GenerationResult, RoundRecord, Trace, summarize
+from specdec_lib.core.trace import GenerationResult, RoundRecord, Trace, summarize
 
 COURSE = Path(__file__).resolve().parents[1] / "course"
 GLOSSARY = COURSE / "glossary.md"
@@ -186,13 +186,13 @@ def test_the_library_lines_cite_something():
 # --- the checker itself ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["specdec_lib.verify_exact", "specdec_lib.trace.RoundRecord.drafted",
-                                  "specdec_lib.kv_cache.crop_cache", "verify_greedy", "specdec_lib.jacobi"])
+@pytest.mark.parametrize("name", ["specdec_lib.verify_exact", "specdec_lib.core.trace.RoundRecord.drafted",
+                                  "specdec_lib.core.caches.crop_cache", "verify_greedy", "specdec_lib.core.jacobi"])
 def test_resolve_accepts_real_names(name):
     assert resolve(name)
 
 
-@pytest.mark.parametrize("name", ["specdec_lib.verify_exactly", "specdec_lib.trace.RoundRecord.drafts",
+@pytest.mark.parametrize("name", ["specdec_lib.verify_exactly", "specdec_lib.core.trace.RoundRecord.drafts",
                                   "specdec_lib.nothing.here", "num_beams", "_private"])
 def test_resolve_refuses_names_that_do_not_exist(name):
     assert not resolve(name)

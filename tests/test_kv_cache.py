@@ -6,10 +6,10 @@ import torch
 from transformers import DynamicCache, Qwen2Config, Qwen2ForCausalLM
 
 from specdec_lib import DraftModelDrafter, autoregressive_generate, speculative_generate
-from specdec_lib.errors import ConfigError, ContextOverflowError
-from specdec_lib.kv_cache import PreallocatedCache, PreallocatedLayer, cache_length, crop_cache, kv_shape, new_cache
-from specdec_lib.modeling import forward_with_cache
-from specdec_lib.sampling import SamplingConfig
+from specdec_lib.core.errors import ConfigError, ContextOverflowError
+from specdec_lib.core.caches import PreallocatedCache, PreallocatedLayer, cache_length, crop_cache, kv_shape, new_cache
+from specdec_lib.core.forward import forward_with_cache
+from specdec_lib.core.sampling import SamplingConfig
 
 
 def greedy_with_cache(model, ids, steps, kind):

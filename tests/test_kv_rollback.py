@@ -4,7 +4,7 @@ After each round the target's KV cache must equal (allclose) the cache a fresh p
 but the last would build, and the draft model's cache must equal a fresh prefill of what its ``state.ids``
 says it holds (a prefix of the committed sequence). The library's loop is not copied: a drafter subclass
 snapshots both caches in `accept` (called right after the target's rollback), and the target's cache is
-captured by wrapping ``specdec_lib.speculative.new_cache``. The fast suite checks each prompt at one gamma (every
+captured by wrapping ``specdec_lib.core.speculative.new_cache``. The fast suite checks each prompt at one gamma (every
 gamma once); the rest of the prompt x gamma grid is marked ``slow``.
 """
 
@@ -15,11 +15,11 @@ import pytest
 import torch
 
 import specdec_lib.drafters.cached_model as cached_model_module
-import specdec_lib.speculative as speculative_module
+import specdec_lib.core.speculative as speculative_module
 from specdec_lib import DraftModelDrafter, autoregressive_generate, speculative_generate
-from specdec_lib.modeling import forward_with_cache
-from specdec_lib.kv_cache import new_cache
-from specdec_lib.sampling import GREEDY, SamplingConfig
+from specdec_lib.core.forward import forward_with_cache
+from specdec_lib.core.caches import new_cache
+from specdec_lib.core.sampling import GREEDY, SamplingConfig
 
 PROMPTS = [[0, 5, 17, 42, 3, 8, 61], [0, 9], [0, 33, 33, 12, 50, 7, 7, 7, 21, 40, 2, 6]]
 GAMMAS = [1, 3, 5]

@@ -3,7 +3,7 @@
 import torch
 
 from specdec_lib import DraftModelDrafter, speculative_generate
-from specdec_lib.memory import (
+from specdec_lib.core.memory import (
     MemoryReport,
     cache_bytes,
     format_bytes,
@@ -12,8 +12,8 @@ from specdec_lib.memory import (
     memory_report,
     weight_bytes,
 )
-from specdec_lib.modeling import forward_with_cache
-from specdec_lib.kv_cache import crop_cache, kv_shape, new_cache
+from specdec_lib.core.forward import forward_with_cache
+from specdec_lib.core.caches import crop_cache, kv_shape, new_cache
 
 
 def test_weight_bytes_counts_parameters_and_buffers_once(tiny_llama):

@@ -5,9 +5,9 @@ import torch
 from transformers import DynamicCache
 
 from helpers import build_tiny_model
-from specdec_lib.errors import ConfigError, ContextOverflowError, InputError
-from specdec_lib.kv_cache import cache_length, crop_cache, new_cache
-from specdec_lib.modeling import (
+from specdec_lib.core.errors import ConfigError, ContextOverflowError, InputError
+from specdec_lib.core.caches import cache_length, crop_cache, new_cache
+from specdec_lib.core.forward import (
     check_fits_context,
     check_generation_inputs,
     check_input_ids,

@@ -7,9 +7,9 @@ import huggingface_hub.constants
 import pytest
 import torch
 
-from specdec_lib import models
-from specdec_lib.errors import ConfigError, HubUnavailableError, ModelNotFoundError
-from specdec_lib.models import ModelPair, data_dir, list_presets, load_embedded, load_model_folder, load_pair
+from specdec_lib import loading as models
+from specdec_lib.core.errors import ConfigError, HubUnavailableError, ModelNotFoundError
+from specdec_lib.loading import ModelPair, data_dir, list_presets, load_embedded, load_model_folder, load_pair
 
 
 @pytest.fixture
@@ -68,7 +68,7 @@ def test_unknown_embedded_name():
 
 def test_missing_model_folder_is_explained(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECDEC_DATA_DIR", str(tmp_path))
-    with pytest.raises(ModelNotFoundError, match=r"models.target does not exist.*git lfs pull.*specdec_lib.train"):
+    with pytest.raises(ModelNotFoundError, match=r"models.target does not exist.*git lfs pull.*python -m specdec_lib train"):
         load_embedded("target")
 
 

@@ -32,6 +32,6 @@ def test_every_mutant_applies_exactly_once(mutants):
 
 
 def test_an_edit_that_no_longer_matches_is_reported(mutants):
-    stale = mutants.Mutant("stale", "specdec_lib/verify.py", "text that is not in the library", "x", "nothing", ())
+    stale = mutants.Mutant("stale", "specdec_lib/core/verify.py", "text that is not in the library", "x", "nothing", ())
     with pytest.raises(ValueError, match="occurs 0 times"):
         mutants.applied(stale, ROOT)

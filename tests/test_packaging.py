@@ -217,7 +217,7 @@ def test_ci_run_is_strict_executable_bash():
 
 
 def test_doctor_ranges_match_pyproject():
-    from specdec_lib import doctor
+    from specdec_lib.teaching import doctor
 
     pyproject = load_pyproject()
     assert pyproject["project"]["requires-python"] == ">=" + ".".join(map(str, doctor.MIN_PYTHON))

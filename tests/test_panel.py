@@ -7,8 +7,8 @@ matplotlib.use("Agg")
 import pytest
 
 from specdec_lib import load_pair
-from specdec_lib.errors import ConfigError
-from specdec_lib.panel import PANEL_DRAFTERS, check_case, describe_case, plot_case, run_case, tuning_panel
+from specdec_lib.core.errors import ConfigError
+from specdec_lib.teaching.panel import PANEL_DRAFTERS, check_case, describe_case, plot_case, run_case, tuning_panel
 
 
 @pytest.fixture(scope="module")

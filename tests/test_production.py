@@ -1,11 +1,11 @@
-"""specdec_lib.production: every library name the runtime tables cite exists; the runtime names cite their pages;
+"""specdec_lib.teaching.production: every library name the runtime tables cite exists; the runtime names cite their pages;
 vLLM's counters computed from a trace and read from a /metrics page give the course's acceptance metrics."""
 
 import pytest
 
-from specdec_lib import production
-from specdec_lib.production import LibraryName, RuntimeName, parse_prometheus_counters, vllm_counters
-from specdec_lib.trace import RoundRecord, Trace, acceptance_rate, mean_acceptance_length, per_position_acceptance
+from specdec_lib.teaching import production
+from specdec_lib.teaching.production import LibraryName, RuntimeName, parse_prometheus_counters, vllm_counters
+from specdec_lib.core.trace import RoundRecord, Trace, acceptance_rate, mean_acceptance_length, per_position_acceptance
 
 
 def test_every_library_name_the_tables_cite_exists_in_the_installed_versions():

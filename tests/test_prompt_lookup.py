@@ -27,9 +27,9 @@ from helpers import (
 )
 from specdec_lib import PromptLookupDrafter
 from specdec_lib.drafters import Drafter, find_continuation
-from specdec_lib.errors import ConfigError, InputError
-from specdec_lib.sampling import GREEDY
-from specdec_lib.stats import bucket_counts, chi_square_gof
+from specdec_lib.core.errors import ConfigError, InputError
+from specdec_lib.core.sampling import GREEDY
+from specdec_lib.core.stats import bucket_counts, chi_square_gof
 
 
 

@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 
-from specdec_lib.errors import ConfigError
-from specdec_lib.sampling import GREEDY, SamplingConfig, logits_to_probs, make_generator, sample_token
+from specdec_lib.core.errors import ConfigError
+from specdec_lib.core.sampling import GREEDY, SamplingConfig, logits_to_probs, make_generator, sample_token
 
 LOGITS = torch.tensor([1.0, 3.0, 2.0, 0.0])  # softmax: [0.0871, 0.6439, 0.2369, 0.0321]
 

@@ -43,9 +43,9 @@ from helpers import (
     target_samples,
 )
 from specdec_lib import DraftModelDrafter, speculative_generate
-from specdec_lib.errors import ConfigError
-from specdec_lib.sampling import GREEDY, SamplingConfig, logits_to_probs
-from specdec_lib.stats import (
+from specdec_lib.core.errors import ConfigError
+from specdec_lib.core.sampling import GREEDY, SamplingConfig, logits_to_probs
+from specdec_lib.core.stats import (
     accepted_count_distribution,
     binomial_z,
     bucket_counts,
@@ -56,8 +56,8 @@ from specdec_lib.stats import (
     total_variation,
     tv_noise_floor,
 )
-from specdec_lib.theory import expected_tokens_per_round
-from specdec_lib.verify import residual_distribution
+from specdec_lib.core.theory import expected_tokens_per_round
+from specdec_lib.core.verify import residual_distribution
 
 # ---------------------------------------------------------------- the statistics helpers, against SciPy
 

@@ -27,8 +27,8 @@ from specdec_lib.drafters import (
     PromptLookupDrafter,
 )
 from specdec_lib.drafters.base import Draft, Drafter
-from specdec_lib.errors import ConfigError
-from specdec_lib.stats import bucket_counts, chi_square_gof
+from specdec_lib.core.errors import ConfigError
+from specdec_lib.core.stats import bucket_counts, chi_square_gof
 
 
 SCHEDULES = {

@@ -19,8 +19,8 @@ from specdec_lib.bench.serve_client import (
     parse_event,
     summarize_requests,
 )
-from specdec_lib.errors import ConfigError
-from specdec_lib.paths import data_dir
+from specdec_lib.core.errors import ConfigError
+from specdec_lib.core.paths import data_dir
 
 
 def chunk(text, finish_reason=None, usage=None):

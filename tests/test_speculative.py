@@ -13,11 +13,11 @@ import torch
 
 from helpers import hf_greedy
 from specdec_lib import Draft, Drafter, DraftModelDrafter, speculative_generate
-from specdec_lib.baseline import autoregressive_generate
-from specdec_lib.errors import ConfigError, InputError
-from specdec_lib.sampling import SamplingConfig
-from specdec_lib.speculative import check_same_device
-from specdec_lib.trace import (
+from specdec_lib.core.baseline import autoregressive_generate
+from specdec_lib.core.errors import ConfigError, InputError
+from specdec_lib.core.sampling import SamplingConfig
+from specdec_lib.core.speculative import check_same_device
+from specdec_lib.core.trace import (
     RoundRecord,
     Trace,
     acceptance_rate,
@@ -369,8 +369,8 @@ def test_rounds_record_which_token_the_target_added(tiny_llama, drafts):
 def test_one_timing_wait_per_round_and_the_id_check_only_for_untrusted_drafters(tiny_llama, monkeypatch):
     """On a GPU every wait for the device stalls the pipeline: the loop waits once per round for timing (before
     the verification forward), and checks draft ids only for drafters that cannot vouch for them."""
-    import specdec_lib.speculative as speculative_module
-    import specdec_lib.trace as trace_module
+    import specdec_lib.core.speculative as speculative_module
+    import specdec_lib.core.trace as trace_module
     from specdec_lib.drafters import DraftModelDrafter
 
     waits, checks = [], []

@@ -24,9 +24,9 @@ from helpers import (
 )
 from specdec_lib import SuffixDrafter, autoregressive_generate, speculative_generate
 from specdec_lib.drafters import Drafter, SuffixTree
-from specdec_lib.errors import ConfigError, InputError
-from specdec_lib.sampling import GREEDY
-from specdec_lib.stats import bucket_counts, chi_square_gof
+from specdec_lib.core.errors import ConfigError, InputError
+from specdec_lib.core.sampling import GREEDY
+from specdec_lib.core.stats import bucket_counts, chi_square_gof
 
 
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from specdec_lib.errors import ConfigError
-from specdec_lib.theory import (
+from specdec_lib.core.errors import ConfigError
+from specdec_lib.core.theory import (
     alpha_from_tokens_per_round,
     expected_speedup,
     expected_tokens_per_round,

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from specdec_lib.errors import ConfigError
-from specdec_lib.trace import (
+from specdec_lib.core.errors import ConfigError
+from specdec_lib.core.trace import (
     GenerationResult,
     RoundRecord,
     Trace,

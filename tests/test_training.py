@@ -6,17 +6,17 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from specdec_lib.models import load_model_folder
-from specdec_lib.paths import EMBEDDED_MODEL_NAMES, REPO_DATA_DIR
-from specdec_lib.baseline import autoregressive_generate
-from specdec_lib.train import QUICK, train_family
-from specdec_lib.train import main as train_main
+from specdec_lib.loading import load_model_folder
+from specdec_lib.core.paths import EMBEDDED_MODEL_NAMES, REPO_DATA_DIR
+from specdec_lib.core.baseline import autoregressive_generate
+from specdec_lib.training.cli import QUICK, train_family
+from specdec_lib.training.cli import main as train_main
 from specdec_lib.training.drafts import ship_drafts, shipped_corpus
 from specdec_lib.training.target_text import retokenize_stream, target_text_stream
 from specdec_lib.training.cards import render_card
 from specdec_lib.training.corpus import SourceFile, split_files
 from specdec_lib.training.depth_growth import grow_depth, grown_layer_index
-from specdec_lib.modeling import lm_head_logits
+from specdec_lib.core.forward import lm_head_logits
 from specdec_lib.training.model_training import ModelSpec, build_model
 from specdec_lib.training.measure import (forward_cost, greedy_agreement, greedy_continuations,
                                           heldout_distinct_4gram_shares)

@@ -28,13 +28,13 @@ from helpers import (
 )
 from specdec_lib import DraftModelDrafter, autoregressive_generate, speculative_generate
 from specdec_lib.drafters.tree import DraftModelTreeDrafter
-from specdec_lib.errors import ConfigError
-from specdec_lib.kv_cache import cache_length, compact_cache, new_cache
-from specdec_lib.modeling import forward_with_cache
-from specdec_lib.sampling import sample_token
-from specdec_lib.stats import bucket_counts, chi_square_gof, total_variation
-from specdec_lib.tree_speculative import tree_speculative_generate
-from specdec_lib.trees import (
+from specdec_lib.core.errors import ConfigError
+from specdec_lib.core.caches import cache_length, compact_cache, new_cache
+from specdec_lib.core.forward import forward_with_cache
+from specdec_lib.core.sampling import sample_token
+from specdec_lib.core.stats import bucket_counts, chi_square_gof, total_variation
+from specdec_lib.core.tree_speculative import tree_speculative_generate
+from specdec_lib.core.trees import (
     TreeShape,
     TreeVerdict,
     ancestor_matrix,

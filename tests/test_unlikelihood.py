@@ -6,8 +6,8 @@ import shutil
 import pytest
 import torch
 
-from specdec_lib.train import QUICK, train_family
-from specdec_lib.train import main as train_main
+from specdec_lib.training.cli import QUICK, train_family
+from specdec_lib.training.cli import main as train_main
 from specdec_lib.training.model_training import ModelSpec, build_model
 from specdec_lib.training.measure import repeated_ngram_mask
 from specdec_lib.training.unlikelihood import (UnlikelihoodSpec, apply_to_shipped_target, learning_rate_at,

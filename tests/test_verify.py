@@ -4,8 +4,8 @@ round (`verify_greedy`) and a batch of ragged rounds (`verify_greedy_batch`: eac
 import pytest
 import torch
 
-from specdec_lib.errors import ConfigError
-from specdec_lib.verify import VerifyResult, verify_greedy, verify_greedy_batch
+from specdec_lib.core.errors import ConfigError
+from specdec_lib.core.verify import VerifyResult, verify_greedy, verify_greedy_batch
 
 V = 6
 

@@ -27,10 +27,10 @@ from helpers import (
     transition_p_values,
 )
 from specdec_lib import DraftModelDrafter, speculative_generate
-from specdec_lib.errors import ConfigError
-from specdec_lib.stats import bucket_counts, chi_square_gof, total_variation
-from specdec_lib.block_verify import block_thresholds, verify_block, verify_block_batch
-from specdec_lib.verify import BatchVerdict, VerifyResult, residual_distribution, verify_exact_batch, verify_greedy
+from specdec_lib.core.errors import ConfigError
+from specdec_lib.core.stats import bucket_counts, chi_square_gof, total_variation
+from specdec_lib.core.block_verify import block_thresholds, verify_block, verify_block_batch
+from specdec_lib.core.verify import BatchVerdict, VerifyResult, residual_distribution, verify_exact_batch, verify_greedy
 
 
 def accepted_length_law(p_rows: torch.Tensor, q_rows: torch.Tensor, rule: str) -> torch.Tensor:

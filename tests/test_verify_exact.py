@@ -21,8 +21,8 @@ import pytest
 import torch
 
 from helpers import SIGNIFICANCE, detectable_tv, one_position_law
-from specdec_lib.errors import ConfigError
-from specdec_lib.stats import (
+from specdec_lib.core.errors import ConfigError
+from specdec_lib.core.stats import (
     accepted_count_distribution,
     binomial_z,
     chi_square_gof,
@@ -30,7 +30,7 @@ from specdec_lib.stats import (
     total_variation,
     tv_noise_floor,
 )
-from specdec_lib.verify import (
+from specdec_lib.core.verify import (
     BatchVerdict,
     VerifyResult,
     acceptance_probability,

@@ -14,10 +14,10 @@ matplotlib.use("Agg")  # no display in tests
 import matplotlib.pyplot as plt  # noqa: E402
 
 from specdec_lib import DraftModelDrafter, speculative_generate  # noqa: E402
-from specdec_lib.errors import ConfigError  # noqa: E402
-from specdec_lib.theory import expected_tokens_per_round  # noqa: E402
-from specdec_lib.trace import GenerationResult, RoundRecord, Trace  # noqa: E402
-from specdec_lib.viz import (  # noqa: E402
+from specdec_lib.core.errors import ConfigError  # noqa: E402
+from specdec_lib.core.theory import expected_tokens_per_round  # noqa: E402
+from specdec_lib.core.trace import GenerationResult, RoundRecord, Trace  # noqa: E402
+from specdec_lib.teaching.viz import (  # noqa: E402
     STEPPER_NOTE,
     STYLES,
     RoundView,

@@ -3,8 +3,8 @@
 import pytest
 
 from helpers import build_tiny_tokenizer
-from specdec_lib.errors import ConfigError
-from specdec_lib.vocab import compare_vocabularies, require_same_tokenizer, require_vocab_covers
+from specdec_lib.core.errors import ConfigError
+from specdec_lib.core.vocab import compare_vocabularies, require_same_tokenizer, require_vocab_covers
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from specdec_lib import doctor
+from specdec_lib.teaching import doctor
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "make_wheelhouse.sh"

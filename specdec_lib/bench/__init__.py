@@ -18,10 +18,10 @@ from collections.abc import Sequence
 import torch
 
 from ..drafters import DraftModelDrafter
-from ..errors import ConfigError
-from ..models import ModelPair
-from ..sampling import GREEDY, SamplingConfig
-from ..speculative import check_gamma
+from ..core.errors import ConfigError
+from ..loading import ModelPair
+from ..core.sampling import GREEDY, SamplingConfig
+from ..core.speculative import check_gamma
 from .hf import HFAssisted, HFAssistedCross, HFGenerate, assistant_config, hf_sampling_kwargs
 from .methods import (
     BASELINE,

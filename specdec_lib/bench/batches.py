@@ -32,11 +32,11 @@ from pathlib import Path
 
 import torch
 
-from ..batched_speculative import batched_speculative_generate
-from ..batching import BatchedResult, batched_autoregressive_generate
-from ..devices import torch_threads
-from ..memory import kv_cache_bytes_at, weight_bytes
-from ..models import ModelPair, load_pair
+from ..core.batched_speculative import batched_speculative_generate
+from ..core.batching import BatchedResult, batched_autoregressive_generate
+from ..core.devices import torch_threads
+from ..core.memory import kv_cache_bytes_at, weight_bytes
+from ..loading import ModelPair, load_pair
 from ..prompts import TASKS, load_prompts
 from ..training.measure import encode_prompts
 from .captions import describe_machine, machine_summary

@@ -36,12 +36,12 @@ from typing import Sequence
 import torch
 import transformers
 
-from ..devices import describe_device, get_device
-from ..errors import ConfigError, ContextOverflowError, SpecdecError
-from ..modeling import check_fits_context
-from ..models import PRESETS, ModelPair, load_preset_model
+from ..core.devices import describe_device, get_device
+from ..core.errors import ConfigError, ContextOverflowError, SpecdecError
+from ..core.forward import check_fits_context
+from ..loading import PRESETS, ModelPair, load_preset_model
 from ..prompts import TASKS
-from ..sampling import SamplingConfig
+from ..core.sampling import SamplingConfig
 from ..training.measure import encode_prompts
 from . import run_benchmark
 from .methods import HF_ASSISTED_CROSS, SPECULATIVE, resolve_eos
@@ -388,7 +388,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--block compares block with token-wise verification of *sampled* drafts; at temperature 0 "
                      "they coincide. Give a temperature > 0 (e.g. --temperature 1.0).")
 
-    from ..models import load_pair  # looked up when called (tests replace the loaders)
+    from ..loading import load_pair  # looked up when called (tests replace the loaders)
     from ..prompts import load_prompts
 
     if args.threads is not None:

@@ -39,9 +39,9 @@ from ..drafters import CrossTokenizerDrafter, DraftModelDrafter, EarlyExitDrafte
 from ..drafters.base import Drafter
 from ..drafters.eagle import load_eagle
 from ..drafters.heads import load_heads
-from ..models import ModelPair, load_pair
+from ..loading import ModelPair, load_pair
 from ..prompts import TASKS, load_prompts
-from ..trace import mean_acceptance_length
+from ..core.trace import mean_acceptance_length
 from ..training.measure import encode_prompts
 from .captions import describe_machine, format_value, machine_summary
 from .cli import load_cross_pair, machine_info, parse_gammas, write_json

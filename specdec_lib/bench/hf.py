@@ -17,11 +17,11 @@ from contextlib import contextmanager
 import torch
 from transformers import PreTrainedModel
 
-from ..errors import ConfigError
-from ..models import ModelPair
-from ..sampling import SamplingConfig
-from ..speculative import check_gamma
-from ..trace import GenerationResult
+from ..core.errors import ConfigError
+from ..loading import ModelPair
+from ..core.sampling import SamplingConfig
+from ..core.speculative import check_gamma
+from ..core.trace import GenerationResult
 from .methods import (
     HF_ASSISTED,
     HF_ASSISTED_CROSS,

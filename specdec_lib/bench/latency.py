@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..trace import Trace, inter_token_latencies, latency_percentiles, mean_acceptance_length, time_to_first_token
+from ..core.trace import Trace, inter_token_latencies, latency_percentiles, mean_acceptance_length, time_to_first_token
 
 
 def latency_summary(ttfts: Sequence[float], gaps: Sequence[Sequence[float]], totals: Sequence[float]) -> dict:

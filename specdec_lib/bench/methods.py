@@ -43,15 +43,15 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
-from ..baseline import autoregressive_generate
+from ..core.baseline import autoregressive_generate
 from ..drafters import CrossTokenizerDrafter, CrossVocabularySamplingDrafter
 from ..drafters.base import Drafter
-from ..errors import ConfigError
-from ..modeling import forward_keywords, unwrap_compiled
-from ..models import ModelPair
-from ..sampling import GREEDY, SamplingConfig
-from ..speculative import check_gamma, speculative_generate
-from ..trace import GenerationResult
+from ..core.errors import ConfigError
+from ..core.forward import forward_keywords, unwrap_compiled
+from ..loading import ModelPair
+from ..core.sampling import GREEDY, SamplingConfig
+from ..core.speculative import check_gamma, speculative_generate
+from ..core.trace import GenerationResult
 
 BASELINE = "autoregressive"
 SPECULATIVE = "speculative"

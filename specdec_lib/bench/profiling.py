@@ -25,9 +25,9 @@ from contextlib import contextmanager
 
 import torch
 
-from ..devices import synchronize
+from ..core.devices import synchronize
 from ..drafters.base import Draft, Drafter, WrappedDrafter
-from ..sampling import SamplingConfig
+from ..core.sampling import SamplingConfig
 from .methods import Method, Speculative
 from .protocol import timed_run
 

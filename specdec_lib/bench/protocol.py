@@ -30,10 +30,10 @@ from dataclasses import dataclass
 
 import torch
 
-from ..devices import synchronize
-from ..errors import ConfigError
-from ..sampling import GREEDY, SamplingConfig
-from ..trace import GenerationResult
+from ..core.devices import synchronize
+from ..core.errors import ConfigError
+from ..core.sampling import GREEDY, SamplingConfig
+from ..core.trace import GenerationResult
 from .methods import Method
 
 

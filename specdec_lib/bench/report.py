@@ -1,6 +1,6 @@
 """From measurements to rows (`build_report`): throughput, speed-up, acceptance, c, alpha and the prediction.
 
-Acceptance uses the library's one vocabulary (`specdec_lib.trace`'s docstring): **alpha** (per-token acceptance,
+Acceptance uses the library's one vocabulary (`specdec_lib.core.trace`'s docstring): **alpha** (per-token acceptance,
 accepted / examined drafts), **acceptance rate** (accepted / drafted), **mean acceptance length** (tokens per
 verification round, the prefill excluded) and **per-position acceptance** (P(draft i accepted)).
 
@@ -40,8 +40,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from ..theory import alpha_from_tokens_per_round, expected_speedup
-from ..trace import (
+from ..core.theory import alpha_from_tokens_per_round, expected_speedup
+from ..core.trace import (
     Trace,
     acceptance_rate,
     draft_forwards,

@@ -62,10 +62,10 @@ from contextlib import contextmanager
 from importlib.util import find_spec
 from pathlib import Path
 
-from ..devices import get_device
-from ..errors import ConfigError, SpecdecError
-from ..models import _check_model_folder
-from ..paths import data_dir
+from ..core.devices import get_device
+from ..core.errors import ConfigError, SpecdecError
+from ..loading import _check_model_folder
+from ..core.paths import data_dir
 from ..prompts import TASKS, load_prompts
 from .cli import _positive_int, machine_info, write_json
 from .serve_client import load_test

@@ -14,9 +14,9 @@ What is measured, per request (seconds from the moment the request is sent):
 
 - **arrival times**: one per chunk carrying text, the time the client read the bytes holding it; chunks that
   came in the same read share one time (the server writes the chunks queued since its last write together).
-- **TTFT**: the first arrival (`specdec_lib.trace.time_to_first_token` over the arrivals).
+- **TTFT**: the first arrival (`specdec_lib.core.trace.time_to_first_token` over the arrivals).
 - **inter-token gaps (ITL)**: gaps between consecutive *distinct* arrival times
-  (`specdec_lib.trace.inter_token_latencies`): the waits a reader of the stream sees.
+  (`specdec_lib.core.trace.inter_token_latencies`): the waits a reader of the stream sees.
 - **chunks**: text-carrying chunks received. A chunk is not a token: transformers' streamer turns each
   ``streamer.put`` into one chunk, i.e. one token in plain decoding but *all the tokens of a round* in assisted
   (prompt-lookup) decoding; a chunk can also hold no visible text yet (an incomplete UTF-8 sequence is held back
@@ -24,7 +24,7 @@ What is measured, per request (seconds from the moment the request is sent):
   when given, else None. ``usage_tokens`` is the server's own ``usage.completion_tokens``, which transformers
   5.24 computes by counting ``streamer.put`` calls (rounds, not tokens, under prompt lookup).
 
-The summary pools the requests: TTFT and ITL p50/p95 (`specdec_lib.trace.latency_percentiles`, linear
+The summary pools the requests: TTFT and ITL p50/p95 (`specdec_lib.core.trace.latency_percentiles`, linear
 interpolation), the worst request (largest total time), throughput (chunks, and tokens when counted, per second
 of wall time from the first request sent to the last one finished) and errors (count and first message).
 """
@@ -39,8 +39,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from urllib.parse import urlsplit
 
-from ..errors import ConfigError
-from ..trace import Trace, inter_token_latencies, latency_percentiles, time_to_first_token
+from ..core.errors import ConfigError
+from ..core.trace import Trace, inter_token_latencies, latency_percentiles, time_to_first_token
 
 #: Seconds a request may wait for the next bytes of its stream before it counts as failed.
 READ_TIMEOUT_S = 120.0

@@ -19,13 +19,13 @@ import torch
 
 from ..drafters import DraftModelDrafter
 from ..drafters.tree import DraftModelTreeDrafter
-from ..errors import SpecdecError
-from ..models import load_pair
+from ..core.errors import SpecdecError
+from ..loading import load_pair
 from ..prompts import TASKS, load_prompts
-from ..trace import GenerationResult
+from ..core.trace import GenerationResult
 from ..training.measure import encode_prompts, interleaved_forward_costs
-from ..tree_speculative import tree_speculative_generate
-from ..trees import TreeShape
+from ..core.tree_speculative import tree_speculative_generate
+from ..core.trees import TreeShape
 from .cli import machine_info, write_json
 from .methods import Autoregressive, GenerationSpec, Method, Speculative, resolve_eos
 from .protocol import measure

@@ -33,9 +33,9 @@ from pathlib import Path
 
 import torch
 
-from ..devices import torch_threads
+from ..core.devices import torch_threads
 from ..drafters import ConfidenceStop, CostAwareStop, DraftModelDrafter, HeuristicSchedule, PromptLookupDrafter
-from ..models import ModelPair, load_pair
+from ..loading import ModelPair, load_pair
 from ..prompts import TASKS
 from ..training.measure import interleaved_forward_costs
 from .captions import describe_machine, format_value, machine_summary

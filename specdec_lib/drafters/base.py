@@ -36,8 +36,8 @@ from dataclasses import dataclass
 import torch
 from transformers.cache_utils import Cache
 
-from ..errors import ConfigError
-from ..sampling import SamplingConfig
+from ..core.errors import ConfigError
+from ..core.sampling import SamplingConfig
 
 
 @dataclass

@@ -17,8 +17,8 @@ so a round costs O(new ids), not O(sequence length), while a caller that forgot 
 import torch
 from transformers import PreTrainedModel
 
-from ..kv_cache import PreallocatedCache, compact_cache, crop_cache, new_cache
-from ..modeling import context_length, forward_with_cache
+from ..core.caches import PreallocatedCache, compact_cache, crop_cache, new_cache
+from ..core.forward import context_length, forward_with_cache
 
 
 class CachedModel:
@@ -99,7 +99,7 @@ class CachedModel:
     def feed_tree(self, ids: torch.Tensor, parents: list[int], first: int) -> torch.Tensor:
         """Run the model on tree positions ``first .. N`` (``ids: LongTensor[N + 1 - first]``; the root and the
         ``first - 1`` nodes before them are the cache's last ids), with the tree's positions and attention mask
-        (`specdec_lib.trees`). Returns the float32 logits ``[N + 1 - first, V]``, one row per fed position."""
+        (`specdec_lib.core.trees`). Returns the float32 logits ``[N + 1 - first, V]``, one row per fed position."""
         logits = forward_with_cache(self.model, ids.view(1, -1), self.cache, tree_parents=parents, tree_first=first)[0]
         self._append(ids)
         return logits

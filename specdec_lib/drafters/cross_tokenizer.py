@@ -27,16 +27,16 @@ token-identical to the target's own greedy output whatever is proposed. Alignmen
 accepted. The greedy drafter reports ``probs=None`` (a point mass per token), which `verify_greedy` ignores.
 
 `CrossVocabularySamplingDrafter` is the variant for exact *sampling*: ``verify_exact`` needs q over the target's
-ids, so it drafts token by token inside the vocabulary intersection (`specdec_lib.vocab.vocabulary_intersection`).
+ids, so it drafts token by token inside the vocabulary intersection (`specdec_lib.core.vocab.vocabulary_intersection`).
 """
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from ..errors import ConfigError
-from ..models import ModelPair
-from ..sampling import SamplingConfig, logits_to_probs, sample_token
-from ..vocab import vocabulary_intersection
+from ..core.errors import ConfigError
+from ..loading import ModelPair
+from ..core.sampling import SamplingConfig, logits_to_probs, sample_token
+from ..core.vocab import vocabulary_intersection
 from .base import Draft, Drafter
 from .cached_model import CachedModel
 

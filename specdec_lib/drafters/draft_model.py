@@ -14,11 +14,11 @@ It keeps its own KV cache across rounds, so each round costs one small forward p
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from ..errors import ConfigError, InputError
-from ..modeling import check_input_ids
-from ..models import ModelPair
-from ..sampling import SamplingConfig, logits_to_probs, sample_token
-from ..vocab import require_same_tokenizer, require_vocab_covers
+from ..core.errors import ConfigError, InputError
+from ..core.forward import check_input_ids
+from ..loading import ModelPair
+from ..core.sampling import SamplingConfig, logits_to_probs, sample_token
+from ..core.vocab import require_same_tokenizer, require_vocab_covers
 from .base import Draft, Drafter
 from .cached_model import CachedModel
 from .schedules import DraftStopRule

@@ -34,11 +34,11 @@ from torch import nn
 from transformers import LlamaConfig, PreTrainedModel
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRMSNorm, LlamaRotaryEmbedding
 
-from ..errors import ConfigError
-from ..kv_cache import crop_cache, new_cache
-from ..modeling import run_layers
-from ..paths import data_dir
-from ..sampling import SamplingConfig, logits_to_probs, sample_token
+from ..core.errors import ConfigError
+from ..core.caches import crop_cache, new_cache
+from ..core.forward import run_layers
+from ..core.paths import data_dir
+from ..core.sampling import SamplingConfig, logits_to_probs, sample_token
 from .base import Draft, Drafter
 from .frozen_target import load_drafter
 

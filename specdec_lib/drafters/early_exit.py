@@ -25,9 +25,9 @@ import torch
 from transformers import PreTrainedModel
 from transformers.cache_utils import Cache
 
-from ..errors import ConfigError
-from ..modeling import embed, lm_head_logits, num_layers, run_layers
-from ..sampling import SamplingConfig, logits_to_probs, sample_token
+from ..core.errors import ConfigError
+from ..core.forward import embed, lm_head_logits, num_layers, run_layers
+from ..core.sampling import SamplingConfig, logits_to_probs, sample_token
 from .base import Draft, Drafter
 
 

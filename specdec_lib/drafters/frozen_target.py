@@ -26,9 +26,9 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import PreTrainedModel
 
-from ..errors import ConfigError, ModelNotFoundError
+from ..core.errors import ConfigError, ModelNotFoundError
 
-RETRAIN = "python -m specdec_lib.train heads"
+RETRAIN = "python -m specdec_lib train heads"
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
 
 

@@ -32,9 +32,9 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 
-from ..errors import ConfigError
-from ..paths import data_dir
-from ..sampling import SamplingConfig, logits_to_probs, sample_token
+from ..core.errors import ConfigError
+from ..core.paths import data_dir
+from ..core.sampling import SamplingConfig, logits_to_probs, sample_token
 from .base import Draft, Drafter
 from .frozen_target import load_drafter
 

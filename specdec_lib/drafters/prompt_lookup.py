@@ -33,8 +33,8 @@ from collections.abc import Sequence
 
 import torch
 
-from ..errors import ConfigError, InputError
-from ..sampling import SamplingConfig
+from ..core.errors import ConfigError, InputError
+from ..core.sampling import SamplingConfig
 from .base import Draft, Drafter
 
 RULES = ("first", "longest-earliest", "latest")

@@ -31,8 +31,8 @@ from collections.abc import Sequence
 
 import torch
 
-from ..errors import ConfigError
-from ..sampling import SamplingConfig
+from ..core.errors import ConfigError
+from ..core.sampling import SamplingConfig
 from .base import Draft, Drafter, WrappedDrafter
 
 

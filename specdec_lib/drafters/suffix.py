@@ -42,8 +42,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..errors import ConfigError, InputError
-from ..sampling import SamplingConfig
+from ..core.errors import ConfigError, InputError
+from ..core.sampling import SamplingConfig
 from .base import Draft, Drafter
 
 

@@ -7,7 +7,7 @@ deepest nodes are never fed (nothing below them is drafted), so a tree of depth 
 chain of D drafts, whatever its width.
 
 Candidates are deterministic (the draft's top-b, distinct tokens), so under sampling the tree is verified with
-point masses (`specdec_lib.trees.verify_tree_exact`), which keeps the target's distribution exactly without ever
+point masses (`specdec_lib.core.trees.verify_tree_exact`), which keeps the target's distribution exactly without ever
 reading the draft's probabilities.
 
 After verification, `accept_path` keeps the draft's cache entries of the accepted path and drops every other
@@ -21,11 +21,11 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedModel
 
-from ..errors import InputError
-from ..modeling import check_input_ids
-from ..models import ModelPair
-from ..trees import TreeShape
-from ..vocab import require_same_tokenizer, require_vocab_covers
+from ..core.errors import InputError
+from ..core.forward import check_input_ids
+from ..loading import ModelPair
+from ..core.trees import TreeShape
+from ..core.vocab import require_same_tokenizer, require_vocab_covers
 from .cached_model import CachedModel
 
 

@@ -1,7 +1,7 @@
 """Write the model cards (``data/models/<name>/README.md``) from what training and measuring recorded.
 
 Every number in a card comes from ``training_report.json`` (written by training) or
-``measurements.json`` (written by :func:`specdec_lib.train.measure_family`); nothing is typed in by hand.
+``measurements.json`` (written by :func:`specdec_lib.training.cli.measure_family`); nothing is typed in by hand.
 """
 from __future__ import annotations
 
@@ -119,7 +119,7 @@ def render_card(name: str, report: dict, measurements: dict, manifest: dict, con
     ]
     if name == "target" and "target_unlikelihood" in report["training"]:
         stage, ul_spec = report["training"]["target_unlikelihood"], report["training"]["target_unlikelihood"]["spec"]
-        afterwards = (" It was applied to the trained target afterwards by `python -m specdec_lib.train unlikelihood`, "
+        afterwards = (" It was applied to the trained target afterwards by `python -m specdec_lib train unlikelihood`, "
                       "and the drafts and heads were retrained against the result."
                       if report.get("target_unlikelihood_applied_afterwards") else "")
         lines.append(
@@ -150,7 +150,7 @@ def render_card(name: str, report: dict, measurements: dict, manifest: dict, con
     if name == "draft" and "draft_fresh_text" in report["training"]:
         fresh = report["training"]["draft_fresh_text"]
         text, final = fresh["spec"]["text"], fresh["distill_final"]
-        afterwards = (" Applied to the trained draft afterwards by `python -m specdec_lib.train fresh-text`."
+        afterwards = (" Applied to the trained draft afterwards by `python -m specdec_lib train fresh-text`."
                       if report.get("draft_fresh_text_applied_afterwards") else "")
         lines.append(
             f"- distillation on fresh text against a cached teacher (`training/cached_teacher.py`): the target wrote "
@@ -176,9 +176,9 @@ def render_card(name: str, report: dict, measurements: dict, manifest: dict, con
         afterwards = []  # what was trained again after that run, each clause naming its command
         if report.get("drafts_retrained"):
             afterwards.append(f"{' and '.join(report['drafts_retrained'])} retrained afterwards against this target "
-                              "by `python -m specdec_lib.train drafts` (see their cards)")
+                              "by `python -m specdec_lib train drafts` (see their cards)")
         if report.get("draft_fresh_text_applied_afterwards"):
-            afterwards.append("the draft's last phase applied afterwards by `python -m specdec_lib.train fresh-text` "
+            afterwards.append("the draft's last phase applied afterwards by `python -m specdec_lib train fresh-text` "
                               "(see its card)")
         lines.append(f"- the whole family (tokenizers, target, draft, draft B, validation) took "
                      f"{report['total_seconds'] / 60:.1f} min of wall time in the run that produced these weights"
@@ -255,12 +255,12 @@ def render_card(name: str, report: dict, measurements: dict, manifest: dict, con
         "## Reproduce",
         "",
         "```bash",
-        "python -m specdec_lib.train            # trains the whole family into data/models/ and measures it",
-        "python -m specdec_lib.train --measure   # re-measures the saved models and rewrites these cards",
-        "python -m specdec_lib.train drafts     # retrains only the draft and draft B against the saved target",
-        "python -m specdec_lib.train unlikelihood  # only the target's last stage, on a saved target (then retrain"
+        "python -m specdec_lib train            # trains the whole family into data/models/ and measures it",
+        "python -m specdec_lib train --measure   # re-measures the saved models and rewrites these cards",
+        "python -m specdec_lib train drafts     # retrains only the draft and draft B against the saved target",
+        "python -m specdec_lib train unlikelihood  # only the target's last stage, on a saved target (then retrain"
         " the drafts and heads)",
-        "python -m specdec_lib.train fresh-text  # only the draft's last phase (fresh text, cached teacher), on a"
+        "python -m specdec_lib train fresh-text  # only the draft's last phase (fresh text, cached teacher), on a"
         " saved draft",
         "```",
         "",

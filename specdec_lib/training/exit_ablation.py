@@ -27,14 +27,14 @@ from pathlib import Path
 
 import torch
 
-from ..baseline import autoregressive_generate
-from ..devices import torch_threads
+from ..core.baseline import autoregressive_generate
+from ..core.devices import torch_threads
 from ..drafters.early_exit import EarlyExitDrafter
-from ..models import load_embedded
-from ..paths import REPO_DATA_DIR
+from ..loading import load_embedded
+from ..core.paths import REPO_DATA_DIR
 from ..prompts import load_prompts
-from ..speculative import speculative_generate
-from ..trace import Trace, mean_acceptance_length, per_token_acceptance
+from ..core.speculative import speculative_generate
+from ..core.trace import Trace, mean_acceptance_length, per_token_acceptance
 from .corpus import collect_stdlib_sources, split_files
 from .measure import encode_prompts
 from .model_training import ModelSpec, build_model, train_model, validation_loss

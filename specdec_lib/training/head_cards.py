@@ -146,7 +146,7 @@ def render_head_card(folder: Path) -> str:
         "",
         f"Greedy speculative decoding of the target with this drafter, γ = {gammas}, on the {first['prompts']} code "
         f"prompts of `data/prompts/` ({first['new_tokens']} new tokens per γ in all; every round of every prompt "
-        "pooled; vocabulary of `specdec_lib.trace`). The output is token-identical to the target's own greedy "
+        "pooled; vocabulary of `specdec_lib.core.trace`). The output is token-identical to the target's own greedy "
         "decoding.",
         "",
         *_acceptance_lines(report),
@@ -167,8 +167,8 @@ def render_head_card(folder: Path) -> str:
         "## Reproduce",
         "",
         "```bash",
-        "python -m specdec_lib.train heads            # trains the heads and the EAGLE layer into data/models/",
-        "python -m specdec_lib.train heads --quick    # a few steps on a corpus slice (seconds), for tests",
+        "python -m specdec_lib train heads            # trains the heads and the EAGLE layer into data/models/",
+        "python -m specdec_lib train heads --quick    # a few steps on a corpus slice (seconds), for tests",
         "```",
         "",
     ]

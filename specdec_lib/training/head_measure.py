@@ -9,7 +9,7 @@
   drafts all right.
 - **greedy acceptance**: `speculative_generate` with the drafter on the code prompts, every round of every prompt
   pooled into one `Trace` and read by the trace functions (alpha, acceptance rate, mean acceptance length,
-  per-position acceptance; `specdec_lib.trace`); per-prompt alpha from `summarize`.
+  per-position acceptance; `specdec_lib.core.trace`); per-prompt alpha from `summarize`.
 
 Accuracies against the corpus and acceptance against the target are different numbers: greedy drafts are
 accepted when they match the *target's* choice, which the corpus token often is not.
@@ -23,9 +23,9 @@ from ..drafters.base import Drafter
 from ..drafters.eagle import EagleDrafter, EagleModule
 from ..drafters.heads import MedusaHeads
 from ..prompts import load_prompts
-from ..sampling import GREEDY
-from ..speculative import speculative_generate
-from ..trace import (Trace, acceptance_rate, mean_acceptance_length, per_position_acceptance, per_token_acceptance,
+from ..core.sampling import GREEDY
+from ..core.speculative import speculative_generate
+from ..core.trace import (Trace, acceptance_rate, mean_acceptance_length, per_position_acceptance, per_token_acceptance,
                      summarize, tokens_per_target_forward)
 from .measure import encode_prompts
 

@@ -1,4 +1,4 @@
-"""Train Medusa heads and an EAGLE layer on the *frozen* embedded target: ``python -m specdec_lib.train heads``.
+"""Train Medusa heads and an EAGLE layer on the *frozen* embedded target: ``python -m specdec_lib train heads``.
 
 Both drafters read the target's last hidden states (after its final norm), so their training data is the
 target's features on corpus windows, computed once (``torch.inference_mode``: no graph, no gradient through the
@@ -32,15 +32,15 @@ import torch
 import torch.nn.functional as F
 from transformers import PreTrainedModel
 
-from ..devices import torch_threads
+from ..core.devices import torch_threads
 from ..drafters.eagle import EagleDrafter, EagleModule, eagle_architecture
 from ..drafters.eagle import KIND as EAGLE_KIND
 from ..drafters.frozen_target import WEIGHTS_FILE, save_drafter, target_fingerprint
 from ..drafters.heads import KIND as HEADS_KIND
 from ..drafters.heads import HeadsDrafter, MedusaHeads
-from ..kv_cache import new_cache
-from ..models import load_model_folder
-from ..paths import REPO_DATA_DIR
+from ..core.caches import new_cache
+from ..loading import load_model_folder
+from ..core.paths import REPO_DATA_DIR
 from .corpus import collect_stdlib_sources, corpus_manifest, split_files
 from .head_cards import write_head_card
 from .head_measure import code_prompts, eagle_accuracy, greedy_acceptance, medusa_accuracy
@@ -262,7 +262,7 @@ def _train_both(spec: HeadsSpec, out_dir: Path, target_folder: Path) -> dict[str
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m specdec_lib.train heads", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m specdec_lib train heads", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=REPO_DATA_DIR / "models",
                         help="where heads/ and eagle/ go (default: data/models)")

@@ -25,12 +25,12 @@ import time
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from ..baseline import autoregressive_generate
-from ..batching import batched_autoregressive_generate
-from ..devices import synchronize
-from ..modeling import forward_with_cache
-from ..kv_cache import crop_cache, new_cache
-from ..trace import GenerationResult
+from ..core.baseline import autoregressive_generate
+from ..core.batching import batched_autoregressive_generate
+from ..core.devices import synchronize
+from ..core.forward import forward_with_cache
+from ..core.caches import crop_cache, new_cache
+from ..core.trace import GenerationResult
 from .model_training import sample_windows
 
 

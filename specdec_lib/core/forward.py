@@ -1,0 +1,261 @@
+"""The one place that runs a model forward with a KV cache (`forward_with_cache`), and the input checks before it.
+
+Speculative decoding lives on the KV cache: the target scores a whole block of drafted tokens in one forward
+appended to its cache, then *rolls the cache back* past the first rejected token. Every forward in the library
+goes through `forward_with_cache`, because transformers moved this API between 5.x releases: the forward's cache
+keyword is ``cache=`` in 5.24 but ``past_key_values=`` in 5.17 (and in 4.57 ``cache=`` is silently swallowed by
+``**kwargs``!), so the keyword is read from the forward's signature, never assumed. A ``torch.compile`` d model
+(an ``OptimizedModule`` whose forward is ``(*args, **kwargs)``) is looked through to the module it wraps.
+
+Caches themselves (creation, length, rollback and its refusals) belong to `specdec_lib.core.caches`, which imports
+this module, never the other way round.
+
+Batch size 1 is the supported case throughout the library (speculative decoding accepts a different number
+of tokens per sequence, which needs ragged caches); `check_input_ids` refuses anything else clearly.
+"""
+
+import functools
+import inspect
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from transformers import PreTrainedModel
+from transformers.cache_utils import Cache
+
+from .errors import ConfigError, ContextOverflowError, InputError
+from .trees import tree_attention_mask, tree_position_ids
+
+
+@dataclass(frozen=True)
+class _ForwardKeywords:
+    """How a model class's ``forward`` wants to be called (read once per class from its signature)."""
+
+    cache: str  # "cache" (transformers >= 5.2x) or "past_key_values" (older 5.x)
+    cache_position: bool  # older 5.x take explicit cache positions for the attention mask
+    logits_to_keep: bool  # compute the LM head only on the last k positions
+
+
+@functools.lru_cache(maxsize=None)
+def forward_keywords(model_class: type) -> _ForwardKeywords:
+    """Inspect ``model_class.forward`` for the names of its cache arguments (cached: signatures don't change).
+
+    ``forward_keywords(type(unwrap_compiled(model))).cache`` is the keyword to pass a cache to ``model(...)``."""
+    parameters = inspect.signature(model_class.forward).parameters  # follows functools.wraps decorators
+    if "cache" in parameters:
+        cache_keyword = "cache"
+    elif "past_key_values" in parameters:
+        cache_keyword = "past_key_values"
+    else:
+        raise ConfigError(
+            f"{model_class.__name__}.forward accepts neither `cache` nor `past_key_values`, so it cannot be run "
+            "with a KV cache. Use a causal language model from transformers >= 5.17 (e.g. LlamaForCausalLM)."
+        )
+    return _ForwardKeywords(cache_keyword, "cache_position" in parameters, "logits_to_keep" in parameters)
+
+
+def unwrap_compiled(model: torch.nn.Module) -> torch.nn.Module:
+    """The module a ``torch.compile(model)`` wrapper (``OptimizedModule``) compiles; ``model`` itself otherwise.
+
+    Its signature, config and embeddings are the wrapped model's; calls still go through the compiled wrapper."""
+    return getattr(model, "_orig_mod", model)
+
+
+def check_input_ids(input_ids: torch.Tensor, model: PreTrainedModel | None = None) -> None:
+    """Refuse token ids the library cannot use, with a message saying how to fix them.
+
+    Expects a `torch.LongTensor` of shape ``[1, T]`` with ``T >= 1``. With ``model`` given, also checks that
+    every id indexes the model's embedding table (a bad id would otherwise fail deep inside torch).
+    """
+    if not isinstance(input_ids, torch.Tensor):
+        raise InputError(
+            f"input_ids must be a torch.LongTensor of shape [1, T], got {type(input_ids).__name__}. "
+            "Use tokenizer(text, return_tensors='pt').input_ids or torch.tensor([ids])."
+        )
+    if input_ids.dtype != torch.long:
+        raise InputError(f"input_ids must have dtype torch.long (int64), got {input_ids.dtype}. Use input_ids.long().")
+    if input_ids.ndim != 2:
+        hint = " Add the batch dimension with input_ids.unsqueeze(0)." if input_ids.ndim == 1 else ""
+        raise InputError(
+            f"input_ids must have 2 dimensions [batch=1, T], got shape {list(input_ids.shape)}.{hint}"
+        )
+    if input_ids.shape[0] != 1:
+        raise InputError(
+            f"Only batch size 1 is supported, got a batch of {input_ids.shape[0]} sequences. "
+            "Generate one prompt at a time (e.g. loop over input_ids[i : i + 1])."
+        )
+    if input_ids.shape[1] == 0:
+        raise InputError("The prompt is empty (0 tokens). Give at least one token, e.g. the tokenizer's BOS token.")
+    if model is not None:
+        vocab_size = model.get_input_embeddings().num_embeddings
+        low, high = int(input_ids.min()), int(input_ids.max())
+        if low < 0 or high >= vocab_size:
+            raise InputError(
+                f"input_ids contains token id {low if low < 0 else high}, outside the model's vocabulary "
+                f"[0, {vocab_size}). Encode the text with this model's own tokenizer."
+            )
+
+
+def context_length(model: PreTrainedModel) -> int:
+    """The most positions ``model`` was built for (``config.max_position_embeddings``)."""
+    length = getattr(model.config, "max_position_embeddings", None)
+    if length is None:
+        raise ConfigError(
+            f"{type(model).__name__}'s config has no max_position_embeddings, so its context length is unknown. "
+            "Use a model whose config sets it (every Llama/Qwen2 config does)."
+        )
+    return int(length)
+
+
+def check_fits_context(model: PreTrainedModel, prompt_length: int, max_new_tokens: int) -> None:
+    """Raise `ContextOverflowError` unless ``prompt_length + max_new_tokens <= context_length(model)``."""
+    limit = context_length(model)
+    if prompt_length + max_new_tokens > limit:
+        raise ContextOverflowError(
+            f"The prompt ({prompt_length} tokens) plus max_new_tokens ({max_new_tokens}) = "
+            f"{prompt_length + max_new_tokens} tokens exceeds the model's context of {limit} tokens. "
+            f"Shorten the prompt or lower max_new_tokens to at most {max(limit - prompt_length, 0)}."
+        )
+
+
+def check_generation_inputs(model: PreTrainedModel, input_ids: torch.Tensor, max_new_tokens: int) -> None:
+    """All checks a generation function runs before its first forward: ids, ``max_new_tokens >= 1``, context."""
+    check_input_ids(input_ids, model)
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ConfigError(
+            f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}. Ask for at least one new token."
+        )
+    check_fits_context(model, input_ids.shape[1], max_new_tokens)
+
+
+def forward_with_cache(
+    model: PreTrainedModel,
+    input_ids: torch.Tensor,
+    cache: Cache | None,
+    *,
+    logits_to_keep: int | None = None,
+    tree_parents: Sequence[int] | None = None,
+    tree_first: int = 0,
+    return_hidden: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """Run ``model`` on new tokens ``input_ids: LongTensor[1, T]`` appended after the tokens in ``cache``.
+
+    The new tokens take positions ``L, ..., L + T - 1`` where ``L = cache_length(cache)``; positions are passed
+    explicitly, so they stay right after a `crop_cache` rollback. ``cache`` is extended in place by T tokens.
+    With ``tree_parents`` (the N parent indices of a token tree, `specdec_lib.core.trees`) the input is the tree's
+    positions ``tree_first .. N`` (0: the root, 1 + i: node i; the earlier ones are the cache's last entries):
+    each gets the position ``root + depth`` and the tree attention mask (prefix, ancestors, itself) instead of
+    the causal one. The cache stores the T entries in input order.
+    With ``cache=None`` the model runs without a cache on the full sequence (positions ``0 ... T - 1``): the
+    "no KV cache" baseline. Runs under whatever grad mode the caller set (generation uses inference_mode).
+
+    Returns float32 logits ``[1, T_keep, V]`` for the last ``T_keep = logits_to_keep`` positions (all ``T`` when
+    None); keeping only the needed rows skips most of the LM head, the largest matrix in small models. With
+    ``return_hidden=True`` it returns ``(logits, hidden)``, ``hidden: [1, T, D]`` the last layer's output after the
+    final norm (the LM head's input) at *every* new position: what Medusa heads and EAGLE drafters read.
+    """
+    check_input_ids(input_ids)
+    new_tokens = input_ids.shape[1]
+    if logits_to_keep is not None and not 1 <= logits_to_keep <= new_tokens:
+        raise ConfigError(
+            f"logits_to_keep must be between 1 and the number of new tokens ({new_tokens}), got {logits_to_keep}. "
+            "Pass None to keep the logits of every position."
+        )
+    past = 0 if cache is None else int(cache.get_seq_length())
+    limit = context_length(model)
+    if past + new_tokens > limit:
+        raise ContextOverflowError(
+            f"Cannot run {new_tokens} new tokens after {past} cached ones: {past + new_tokens} positions exceed "
+            f"the model's context of {limit}. Shorten the prompt or generate fewer tokens."
+        )
+
+    keywords = forward_keywords(type(unwrap_compiled(model)))
+    positions = torch.arange(past, past + new_tokens, device=input_ids.device)  # [T]: L, ..., L + T - 1 (cache slots)
+    kwargs: dict[str, object] = {"position_ids": positions.unsqueeze(0), "use_cache": cache is not None}
+    if tree_parents is not None:
+        if len(tree_parents) + 1 - tree_first != new_tokens or tree_first > past:
+            raise ConfigError(
+                f"A tree forward from tree position {tree_first} over a tree of {len(tree_parents)} nodes reads "
+                f"{len(tree_parents) + 1 - tree_first} tokens after at least {tree_first} cached ones; got "
+                f"{new_tokens} tokens after {past}.")
+        root = past - tree_first  # the root's cache position
+        dtype = next(model.parameters()).dtype
+        kwargs["position_ids"] = tree_position_ids(tree_parents, root, tree_first, input_ids.device)  # [1, T]
+        kwargs["attention_mask"] = tree_attention_mask(tree_parents, root, tree_first, dtype=dtype,
+                                                       device=input_ids.device)  # [1, 1, T, past + T]
+    if cache is not None:
+        kwargs[keywords.cache] = cache
+        if keywords.cache_position:
+            kwargs["cache_position"] = positions
+    if logits_to_keep is not None and keywords.logits_to_keep:
+        kwargs["logits_to_keep"] = logits_to_keep
+    if return_hidden:
+        kwargs["output_hidden_states"] = True
+    output = model(input_ids=input_ids, **kwargs)
+    logits = output.logits  # [1, T_keep, V] (or [1, T, V] without logits_to_keep)
+    if logits_to_keep is not None:
+        logits = logits[:, -logits_to_keep:]
+    if return_hidden:
+        return logits.float(), output.hidden_states[-1]  # [1, T, D]: the final norm's output
+    return logits.float()
+
+
+def _decoder(model: PreTrainedModel) -> torch.nn.Module:
+    """The decoder stack (``embed_tokens``, ``layers``, ``norm``, ``rotary_emb``) of a Llama-like causal LM."""
+    decoder = unwrap_compiled(model).get_decoder()
+    missing = [name for name in ("embed_tokens", "layers", "norm", "rotary_emb") if not hasattr(decoder, name)]
+    if missing:
+        raise ConfigError(
+            f"{type(model).__name__} has no {', '.join(missing)} on its decoder: running a slice of its layers "
+            "(self-speculative early exit) needs a Llama-like decoder (Llama, Qwen2, Mistral, ...)."
+        )
+    return decoder
+
+
+def num_layers(model: PreTrainedModel) -> int:
+    """How many decoder layers ``model`` has."""
+    return len(_decoder(model).layers)
+
+
+def embed(model: PreTrainedModel, input_ids: torch.Tensor) -> torch.Tensor:
+    """Token embeddings ``[1, T, D]`` of ``input_ids: LongTensor[1, T]`` (the input of decoder layer 0)."""
+    return _decoder(model).embed_tokens(input_ids)
+
+
+def run_layers(model: PreTrainedModel, hidden: torch.Tensor, cache: Cache, start: int, stop: int) -> torch.Tensor:
+    """Run decoder layers ``start .. stop - 1`` of ``model`` on ``hidden: [1, T, D]``, appending to their KV cache.
+
+    The T new tokens take positions ``P .. P + T - 1`` where ``P`` is layer ``start``'s cache length: in
+    self-speculative decoding the shallow layers run ahead of the deep ones (they have cached the drafts the
+    deep layers have not verified yet), so every layer slice reads its own length, and all layers in
+    ``start .. stop - 1`` must hold the same number of tokens. Returns ``[1, T, D]``, *before* the final norm.
+    """
+    decoder = _decoder(model)
+    if not 0 <= start < stop <= len(decoder.layers):
+        raise ConfigError(f"Layers {start}..{stop - 1} are not a slice of the model's {len(decoder.layers)} layers.")
+    past = int(cache.get_seq_length(start))
+    if past + hidden.shape[1] > context_length(model):
+        raise ContextOverflowError(
+            f"Cannot run {hidden.shape[1]} new tokens after {past} cached ones: the model's context is "
+            f"{context_length(model)}. Shorten the prompt or generate fewer tokens."
+        )
+    new_tokens = hidden.shape[1]
+    positions = torch.arange(past, past + new_tokens, device=hidden.device).unsqueeze(0)  # [1, T]
+    mask = None  # one new token attends to every cached one: no mask needed
+    if new_tokens > 1:  # causal over the new block: [1, 1, T, P + T], -inf where a key lies in a query's future
+        future = torch.ones(new_tokens, past + new_tokens, dtype=torch.bool, device=hidden.device).triu(past + 1)
+        mask = torch.zeros(future.shape, dtype=hidden.dtype, device=hidden.device)
+        mask = mask.masked_fill(future, torch.finfo(hidden.dtype).min)[None, None]
+    rotary = decoder.rotary_emb(hidden, position_ids=positions)  # (cos, sin) for these positions
+    keywords = forward_keywords(type(decoder.layers[start]))
+    for layer in decoder.layers[start:stop]:
+        hidden = layer(hidden, attention_mask=mask, position_ids=positions, position_embeddings=rotary,
+                       use_cache=True, **{keywords.cache: cache}, cache_position=positions[0])
+    return hidden
+
+
+def lm_head_logits(model: PreTrainedModel, hidden: torch.Tensor) -> torch.Tensor:
+    """float32 logits ``[1, T, V]`` from a hidden state ``[1, T, D]`` taken *before* the final norm (any layer's
+    output): the final norm, then the LM head. For an intermediate layer this is the early-exit head the
+    embedded target was trained with (``training.model_training`` adds its loss)."""
+    return unwrap_compiled(model).get_output_embeddings()(_decoder(model).norm(hidden)).float()

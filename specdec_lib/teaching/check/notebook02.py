@@ -1,0 +1,269 @@
+"""Checks of notebook 02's exercises (exact sampling verification): the wrong q, no distribution, k > 1.
+
+Every check computes exactly (no sampling) on hidden toy distributions:
+
+- ``output_with_reported_q(output_with_reported_q)``: the emitted token's distribution and alpha when drafts
+  drawn from ``q_true`` are verified with another ``q_reported``; ``refused_q("a")``: which reported q
+  `verify_exact` refuses outright, and why;
+- ``point_mass_output(point_mass_output)``: the same with ``q=None`` (a point mass on each draft): the output is p,
+  alpha is ``sum q p``;
+- ``accepted_count_law(accepted_count_law)`` against `stats.accepted_count_distribution`, and
+  ``metrics_from_counts(metrics_from_counts)``: alpha, acceptance rate and mean acceptance length from a histogram
+  of accepted counts, against the trace's `per_token_acceptance`, `acceptance_rate`, `mean_acceptance_length`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ...core.stats import accepted_count_distribution
+from ...core.trace import RoundRecord, Trace, acceptance_rate, mean_acceptance_length, per_token_acceptance
+from ...core.verify import acceptance_probability, residual_distribution
+from .core import Case, CheckReport, check_choice, close, describe, mismatch, run_cases, tensor_problem
+
+# --- exercise 1: the wrong q -------------------------------------------------------------------------------------
+
+
+def _reported_output(p: torch.Tensor, q_true: torch.Tensor, q_reported: torch.Tensor) -> tuple[torch.Tensor, float]:
+    """The exact output ``[V]`` and alpha of verifying ``x ~ q_true`` with ``q_reported`` (> 0 everywhere).
+
+    Token y is proposed ``q_true(y)`` of the time and accepted with probability ``min(1, p(y) / q_reported(y))``;
+    a rejection (probability ``1 - alpha``) draws from the residual of the *reported* q."""
+    kept = q_true * torch.clamp(p / q_reported, max=1.0)  # [V]
+    alpha = float(kept.sum())
+    return kept + (1 - alpha) * residual_distribution(p, q_reported), alpha
+
+
+def _output_pair(got: Any, vocab: int) -> tuple[torch.Tensor, float] | str:
+    """``(out [V], alpha)`` read from the learner's answer, or the message saying why it is not one."""
+    if not isinstance(got, (tuple, list)) or len(got) != 2:
+        return f"Expected a pair (out, alpha): out a tensor [V] and alpha a number, got {describe(got)}."
+    out, alpha = got
+    if not isinstance(out, torch.Tensor) or out.shape != (vocab,):
+        return f"Expected out to be a tensor of shape [{vocab}], got {describe(out)}."
+    try:
+        return out.detach().cpu().double(), float(alpha)
+    except (TypeError, ValueError, RuntimeError):
+        return f"Expected alpha to be a number, got {describe(alpha)}."
+
+
+def _reported_cases() -> list[Case]:
+    p = torch.tensor([0.40, 0.35, 0.15, 0.10])
+    z = torch.tensor([1.0, 2.2, 0.3, 1.6])
+    tempered, plain = torch.softmax(z / 0.5, dim=-1), torch.softmax(z, dim=-1)
+    two_p, two_q = torch.tensor([0.7, 0.3]), torch.tensor([0.4, 0.6])
+    cases = [("the true q reported", p, plain, plain),
+             ("sampled at T = 0.5, the untempered softmax reported", p, tempered, plain),
+             ("sampled at T = 1, a sharper q (T = 0.5) reported", p, plain, tempered),
+             ("two tokens, q reported flatter than the truth", two_p, two_q, torch.tensor([0.5, 0.5])),
+             ("the reported q equals p (an all-zero residual)", p, plain, p.clone())]
+    return [Case(name, (pp, qt, qr), _reported_output(pp, qt, qr)) for name, pp, qt, qr in cases]
+
+
+def _judge_reported(case: Case, got: Any) -> str | None:
+    p, q_true, q_reported = case.args
+    expected_out, expected_alpha = case.expected
+    read = _output_pair(got, len(p))
+    if isinstance(read, str):
+        return read
+    out, alpha = read
+    shown = (expected_out, expected_alpha)
+    if bool(torch.isnan(out).any()) or alpha != alpha:
+        return mismatch(shown, (out, alpha), "NaN: where p = q_reported the residual max(p − q, 0) is all zero and "
+                                             "normalising it divides 0 by 0. A rejection has probability 0 there; "
+                                             "residual_distribution returns p in that case.")
+    out_ok = tensor_problem(out, expected_out.double(), atol=1e-6) is None
+    alpha_ok = close(alpha, expected_alpha, rel_tol=1e-6, abs_tol=1e-9)
+    if out_ok and alpha_ok:
+        return None
+    as_if_reported = _reported_output(p, q_reported, q_reported)  # drafts drawn from q_reported: out = p
+    if not out_ok and torch.allclose(out, p.double(), atol=1e-6):
+        return mismatch(shown, (out, alpha), "p is the output only when q_reported is what the drafts were drawn "
+                                             "from. Here they come from q_true: token y is proposed q_true(y) of the "
+                                             "time and accepted with probability min(1, p(y) / q_reported(y)).")
+    if out_ok and close(alpha, as_if_reported[1], rel_tol=1e-6):
+        return mismatch(shown, (out, alpha), "alpha is the probability that a draft drawn from q_true is accepted: "
+                                             "sum_x q_true(x) · min(1, p(x) / q_reported(x)), not sum min(p, "
+                                             "q_reported).")
+    kept = q_true * torch.clamp(p / q_reported, max=1.0)  # [V]: the accepted mass
+    true_residual = kept + (1 - expected_alpha) * residual_distribution(p, q_true)  # recovered from the wrong q
+    if torch.allclose(out, true_residual.double(), atol=1e-6):
+        return mismatch(shown, (out, alpha), "the recovered token is drawn from norm(max(p − q_reported, 0)): the "
+                                             "verifier knows only the q the drafter reported.")
+    if abs(float(out.sum()) - 1) > 1e-4:
+        return mismatch(shown, (out, alpha), "out must sum to 1: the accepted mass q_true · min(1, p / q_reported) "
+                                             "plus (1 − alpha) × the residual norm(max(p − q_reported, 0)).")
+    return mismatch(shown, (out, alpha), "out(y) = q_true(y) · min(1, p(y) / q_reported(y)) + (1 − alpha) · "
+                                         "norm(max(p − q_reported, 0))(y), alpha the sum of the first term.")
+
+
+def output_with_reported_q(learner: Any) -> CheckReport:
+    """Check ``output_with_reported_q(p, q_true, q_reported) -> (out [V], alpha)`` on hidden toy distributions."""
+    return run_cases("output_with_reported_q", learner, _reported_cases(), _judge_reported)
+
+
+REFUSED_Q = {
+    "a": "The argmax one-hot gives probability 0 to every token but the argmax, yet the drafter sampled other tokens "
+         "too: a q that rules out the drawn token cannot be the distribution it was drawn from, so verify_exact raises "
+         "a ConfigError. Let through, the test u · 0 < p(x) would accept such a draft whenever p(x) > 0, and the "
+         "output would lean towards the draft.",
+    "b": "The one-hot of the sampled token is a point mass on the draft, which is what q=None means: exact for any "
+         "drafter (exercise 2), only accepted less often. Nothing to refuse.",
+    "c": "Only one of them is wrong: a point mass on the token actually drawn is a valid description of the draft "
+         "(exercise 2), the argmax one-hot is not.",
+    "d": "The untempered softmax is positive everywhere, so verify_exact cannot tell it from the true q on the spot: "
+         "only a statistical test of the output (the chi-square of this exercise) catches it.",
+}
+
+
+def refused_q(answer: Any) -> CheckReport:
+    """Multiple choice: which reported q does `verify_exact` refuse outright, and why."""
+    return check_choice("refused_q", answer, "a", REFUSED_Q)
+
+
+# --- exercise 2: no distribution at all --------------------------------------------------------------------------
+
+
+def _point_mass_cases() -> list[Case]:
+    p = torch.tensor([0.40, 0.35, 0.15, 0.10])
+    q = torch.softmax(torch.tensor([1.0, 2.2, 0.3, 1.6]), dim=-1)
+    cases = [("a toy p and q", p, q), ("p = q", q, q.clone()),
+             ("p with a zero", torch.tensor([0.5, 0.0, 0.3, 0.2]), q),
+             ("p certain of one token (1 − p(x) = 0 for that draft)", torch.tensor([0.0, 1.0, 0.0, 0.0]), q)]
+    return [Case(name, (pp, qq), (pp.clone(), float((pp * qq).sum()))) for name, pp, qq in cases]
+
+
+def _judge_point_mass(case: Case, got: Any) -> str | None:
+    p, q = case.args
+    read = _output_pair(got, len(p))
+    if isinstance(read, str):
+        return read
+    out, alpha = read
+    shown = case.expected
+    if bool(torch.isnan(out).any()) or alpha != alpha:
+        return mismatch(shown, (out, alpha), "NaN: when p(x) = 1 the draft x is always accepted, and renormalising "
+                                             "p without x divides 0 by 0. That branch has probability 0: skip it (or "
+                                             "use residual_distribution(p, point mass), which returns p there).")
+    out_ok = tensor_problem(out, p.double(), atol=1e-6) is None
+    alpha_ok = close(alpha, case.expected[1], rel_tol=1e-6, abs_tol=1e-9)
+    if out_ok and alpha_ok:
+        return None
+    if out_ok and close(alpha, float(acceptance_probability(p, q)), rel_tol=1e-6):
+        return mismatch(shown, (out, alpha), "with q=None the verifier sees a point mass on x: it accepts x with "
+                                             "probability min(1, p(x) / 1) = p(x), so alpha = sum_x q(x) p(x), not "
+                                             "sum min(p, q).")
+    kept = q * p  # x accepted: emitted with probability q(x) p(x)
+    keeping_x = kept + (1 - float(kept.sum())) * p  # recovery drawn from p itself, x not removed
+    if not out_ok and torch.allclose(out, keeping_x.double(), atol=1e-6):
+        return mismatch(shown, (out, alpha), "the recovered token cannot be the rejected draft x: draw it from p "
+                                             "without x, renormalised (norm(max(p − δ_x, 0))).")
+    if abs(float(out.sum()) - 1) > 1e-4:
+        return mismatch(shown, (out, alpha), "out must sum to 1: renormalise p without x by 1 − p(x).")
+    return mismatch(shown, (out, alpha), "out(y) = q(y) p(y) + sum over x ≠ y of q(x) (1 − p(x)) p(y) / (1 − p(x)); "
+                                         "alpha = sum_x q(x) p(x).")
+
+
+def point_mass_output(learner: Any) -> CheckReport:
+    """Check ``point_mass_output(p, q) -> (out [V], alpha)``: drafts x ~ q verified as point masses (q=None)."""
+    return run_cases("point_mass_output", learner, _point_mass_cases(), _judge_point_mass)
+
+
+# --- exercise 3: accepted counts for k > 1 -----------------------------------------------------------------------
+
+
+def _law_cases() -> list[Case]:
+    pairs = [("alpha 0.6, k 4", 0.6, 4), ("alpha 0.9, k 1", 0.9, 1), ("alpha 0: nothing accepted", 0.0, 3),
+             ("alpha 1: everything accepted", 1.0, 2), ("k 0: a round without drafts", 0.5, 0)]
+    return [Case(name, (a, k), accepted_count_distribution(a, k)) for name, a, k in pairs]
+
+
+def _numbers(got: Any) -> list[float] | None:
+    """A list of floats from a list, tuple or 1-D tensor of numbers, else None."""
+    if isinstance(got, torch.Tensor) and got.ndim == 1:
+        got = got.tolist()
+    if not isinstance(got, (list, tuple)):
+        return None
+    try:
+        return [float(value) for value in got]
+    except (TypeError, ValueError, RuntimeError):
+        return None
+
+
+def _judge_law(case: Case, got: Any) -> str | None:
+    alpha, k = case.args
+    values = _numbers(got)
+    if values is None:
+        return f"Expected a list of k + 1 probabilities, got {describe(got)}."
+    if len(values) != k + 1:
+        return mismatch(case.expected, values, f"a round of k = {k} drafts accepts n = 0, 1, ..., k of them: k + 1 "
+                                               "entries, the last one for 'all accepted'.")
+    if all(close(a, b, rel_tol=1e-6, abs_tol=1e-12) for a, b in zip(values, case.expected)):
+        return None
+    if k and close(values[-1], alpha ** k * (1 - alpha), rel_tol=1e-6, abs_tol=1e-12):
+        return mismatch(case.expected, values, "the last entry, n = k, is α^k: after k acceptances there is no draft "
+                                               "left to reject (the bonus token follows).")
+    return mismatch(case.expected, values, "P(N = n) = α^n (1 − α) for n < k: n acceptances, then a rejection.")
+
+
+def accepted_count_law(learner: Any) -> CheckReport:
+    """Check ``accepted_count_law(alpha, k) -> [P(N = 0), ..., P(N = k)]`` against `accepted_count_distribution`."""
+    return run_cases("accepted_count_law", learner, _law_cases(), _judge_law)
+
+
+def _trace_of(counts: list[int]) -> Trace:
+    """A trace of rounds of ``k = len(counts) - 1`` drafts, ``counts[n]`` of them accepting n (no timings)."""
+    k = len(counts) - 1
+    rounds = [RoundRecord(k, n, n + 1, 0.0, 0.0, k, kind="bonus" if n == k else "recovered")
+              for n, count in enumerate(counts) for _ in range(count)]
+    return Trace(start_time=0.0, rounds=rounds)
+
+
+def _metrics_cases() -> list[Case]:
+    histograms = [("k = 4, a mixed histogram", [10, 5, 3, 2, 6]), ("k = 1", [30, 70]),
+                  ("k = 3, every draft accepted", [0, 0, 0, 8]), ("k = 2, nothing accepted", [5, 0, 0]),
+                  ("k = 3, no full round", [4, 3, 1, 0])]
+    out = []
+    for name, counts in histograms:
+        trace = _trace_of(counts)
+        expected = (per_token_acceptance(trace), acceptance_rate(trace), mean_acceptance_length(trace))
+        out.append(Case(name, (list(counts),), expected))
+    return out
+
+
+def _judge_metrics(case: Case, got: Any) -> str | None:
+    (counts,) = case.args
+    values = _numbers(got)
+    if values is None or len(values) != 3:
+        return f"Expected three numbers (alpha, acceptance_rate, mean_acceptance_length), got {describe(got)}."
+    alpha, rate, length = case.expected
+    right = [close(v, e, rel_tol=1e-6, abs_tol=1e-12) for v, e in zip(values, case.expected)]
+    if all(right):
+        return None
+    rounds = sum(counts)
+    accepted = sum(n * count for n, count in enumerate(counts))
+    if not right[0]:
+        if close(values[0], rate, rel_tol=1e-6):
+            return mismatch(case.expected, values, "that alpha is the acceptance rate (accepted / drafted). Alpha "
+                                                   "divides by the examined drafts: accepted + 1 in a round with a "
+                                                   "rejection, k in a full round (the drafts after a rejection are "
+                                                   "never examined).")
+        if close(values[0], accepted / (accepted + rounds), rel_tol=1e-6):
+            return mismatch(case.expected, values, "a full round has no rejected draft: it examined k drafts, not "
+                                                   "k + 1.")
+        return mismatch(case.expected, values, "alpha = accepted / examined, examined = min(n + 1, k) for a round "
+                                               "that accepted n.")
+    if not right[1]:
+        return mismatch(case.expected, values, "acceptance rate = accepted / drafted, k drafted per round.")
+    if close(values[2], length - 1, rel_tol=1e-6, abs_tol=1e-12):
+        return mismatch(case.expected, values, "each round emits its accepted drafts plus one token (recovered or "
+                                               "bonus): mean acceptance length = 1 + accepted / rounds.")
+    return mismatch(case.expected, values, "mean acceptance length = 1 + accepted / rounds.")
+
+
+def metrics_from_counts(learner: Any) -> CheckReport:
+    """Check ``metrics_from_counts(counts) -> (alpha, acceptance_rate, mean_acceptance_length)``.
+
+    ``counts[n]``: the rounds of ``k = len(counts) - 1`` drafts that accepted n of them."""
+    return run_cases("metrics_from_counts", learner, _metrics_cases(), _judge_metrics)

@@ -1,0 +1,292 @@
+"""Checks of notebook 03's exercises (the KV cache and its rollback): a crop by hand, the draft's rollback, KV bytes.
+
+- ``my_crop(my_crop)``: the learner's in-place rollback of a ``DynamicCache`` against `crop_cache`, on small caches
+  the check fills itself with random keys and values (no model);
+- ``forget_draft_rollback("c")``: what happens when only the draft's cache keeps its rejected drafts;
+- ``my_kv_bytes_per_token(my_kv_bytes_per_token)``: KV bytes per token from a config and a dtype, on hidden
+  configs (multi-head, grouped-query and multi-query attention; float32, bfloat16, float16, float8);
+- ``crossover_length(crossover_length)``: the first context length at which one sequence's cache exceeds the
+  weights; ``llama_cache_crossover(tokens)``: that length for a Llama-3-8B-like model.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from transformers import DynamicCache, LlamaConfig
+
+from ...core.caches import cache_length, crop_cache
+from .core import Case, CheckReport, check_choice, check_value, describe, is_number, mismatch, run_cases
+
+# --- exercise 1: rollback in place --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CacheSpec:
+    """A small ``DynamicCache`` to build: ``layers`` layers of keys and values ``[1, heads, length, head_dim]``
+    (random, from ``seed``), to be rolled back to its first ``keep`` positions."""
+
+    layers: int
+    heads: int
+    length: int
+    head_dim: int
+    keep: int
+    seed: int
+
+
+def build_cache(spec: CacheSpec) -> DynamicCache:
+    """A ``DynamicCache`` filled through ``cache.update`` (as a model's forward fills it), the same every call."""
+    generator = torch.Generator().manual_seed(spec.seed)
+    cache = DynamicCache()
+    shape = (1, spec.heads, spec.length, spec.head_dim)
+    for layer in range(spec.layers):
+        cache.update(torch.randn(shape, generator=generator), torch.randn(shape, generator=generator), layer)
+    return cache
+
+
+def _crop_cases() -> list[Case]:
+    specs = [("2 layers, 4 heads, 7 positions, keep 3", CacheSpec(2, 4, 7, 5, 3, 0)),
+             ("3 layers, 2 heads, 9 positions, keep 8 (one rejected draft)", CacheSpec(3, 2, 9, 4, 8, 1)),
+             ("1 layer, 1 head, 6 positions, keep 1", CacheSpec(1, 1, 6, 3, 1, 2)),
+             ("2 layers, 3 heads, 5 positions, keep 5 (nothing rejected)", CacheSpec(2, 3, 5, 4, 5, 3)),
+             ("4 layers, 2 heads, 8 positions, keep 0 (an empty cache)", CacheSpec(4, 2, 8, 2, 0, 4))]
+    return [Case(name, (spec,)) for name, spec in specs]
+
+
+def _keys_values(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
+    """Each layer's ``(keys, values)`` of a transformers cache, or None if ``cache`` is not one."""
+    layers = getattr(cache, "layers", None)
+    if not isinstance(layers, list) or not all(hasattr(layer, "keys") for layer in layers):
+        return None
+    return [(layer.keys, layer.values) for layer in layers]
+
+
+def _layer_problem(index: int, keys: Any, values: Any, original: tuple[torch.Tensor, torch.Tensor],
+                   keep: int) -> str | None:
+    """Why one layer's ``keys`` / ``values`` are not ``original``'s first ``keep`` positions (None if they are)."""
+    old_keys, old_values = original
+    want = old_keys[:, :, :keep]
+    if not isinstance(keys, torch.Tensor) or not isinstance(values, torch.Tensor):
+        return f"Layer {index}'s keys or values are no longer tensors (got {type(keys).__name__})."
+    if keys.shape != want.shape:
+        if keys.shape[1] != old_keys.shape[1]:
+            return mismatch(list(want.shape), list(keys.shape),
+                            "you sliced dimension 1, the KV heads. Keys are [batch, kv_heads, T, head_dim]: the "
+                            "positions are dimension 2, so keep keys[:, :, :keep].")
+        if keys.shape[2] == old_keys.shape[2]:
+            return (f"Layer {index} still holds all {old_keys.shape[2]} positions: nothing was removed from its keys. "
+                    "Hint: assign the slice back to the layer, layer.keys = layer.keys[:, :, :keep] (slicing alone "
+                    "makes a new tensor and leaves the layer as it was).")
+        if keys.shape[2] == 0 and keep == old_keys.shape[2]:
+            return mismatch(list(want.shape), list(keys.shape),
+                            "nothing was to be removed, yet the layer is empty: a slice like [:, :, :-(T - keep)] "
+                            "becomes [:, :, :-0], which is empty. Slice by what you keep: [:, :, :keep].")
+        if abs(keys.shape[2] - keep) == 1:
+            return mismatch(list(want.shape), list(keys.shape),
+                            f"layer {index} holds {keys.shape[2]} positions instead of {keep}: keep exactly the "
+                            "first `keep` (the end of a slice is excluded: [:, :, :keep]).")
+        return mismatch(list(want.shape), list(keys.shape), f"layer {index} should hold the first {keep} positions.")
+    if not torch.equal(keys, want):
+        if keep and torch.equal(keys, old_keys[:, :, -keep:]):
+            return (f"Layer {index} kept the *last* {keep} positions. Hint: the rejected drafts are the newest "
+                    "tokens, at the end of the cache; a rollback keeps the oldest, keys[:, :, :keep].")
+        return f"Layer {index}'s keys are not its first {keep} positions (same shape, other values)."
+    if values.shape != want.shape or not torch.equal(values, old_values[:, :, :keep]):
+        shown = list(values.shape)
+        return (f"Layer {index}'s keys are right but its values are not (shape {shown}, expected {list(want.shape)}). "
+                "Hint: a layer caches keys *and* values; crop both, or attention averages values of the rejected "
+                "drafts.")
+    return None
+
+
+def _run_crop(learner: Any):
+    """Build the case's cache, let ``learner`` crop it, and return (the caller's cache, what learner returned)."""
+    def run(spec: CacheSpec):
+        cache = build_cache(spec)
+        returned = learner(cache, spec.keep)
+        return cache, returned
+    return run
+
+
+def _judge_crop(case: Case, got: Any) -> str | None:
+    spec = case.args[0]
+    cache, returned = got
+    original = _keys_values(build_cache(spec))
+    reference = build_cache(spec)
+    crop_cache(reference, spec.keep)
+    layers = _keys_values(cache)
+    if layers is None:
+        return "After your function the cache no longer has its layers (cache.layers): crop each layer's tensors."
+    if len(layers) != spec.layers:
+        return f"The cache has {len(layers)} layers after your crop; it had {spec.layers}: crop them, keep them all."
+    unchanged = all(torch.equal(k, ok) and torch.equal(v, ov) for (k, v), (ok, ov) in zip(layers, original))
+    if unchanged and spec.keep < spec.length:
+        returned_layers = _keys_values(returned)
+        if returned is not None and returned is not cache and (
+                returned_layers is not None or isinstance(returned, (list, tuple))):
+            return ("The cache you were given is unchanged; your function returned another object instead. "
+                    "Hint: the exercise rolls back *in place* (the loop keeps using the same cache object, as "
+                    "crop_cache does): assign layer.keys and layer.values on the cache's own layers.")
+        problem = _layer_problem(0, layers[0][0], layers[0][1], original[0], spec.keep)
+        return problem or "The cache is unchanged after your function."
+    for index, ((keys, values), old) in enumerate(zip(layers, original)):
+        problem = _layer_problem(index, keys, values, old, spec.keep)
+        if problem is not None and index > 0:
+            shape = list(keys.shape) if isinstance(keys, torch.Tensor) else type(keys).__name__
+            return (f"Layer 0 is right but layer {index} is not (keys of shape {shape}, expected "
+                    f"{list(old[0][:, :, :spec.keep].shape)}). Hint: every layer caches every token, so loop over "
+                    "all of cache.layers.")
+        if problem is not None:
+            return problem
+    if cache_length(cache) != cache_length(reference):
+        return mismatch(cache_length(reference), cache_length(cache), "cache_length(cache) after the crop.")
+    return None
+
+
+def my_crop(learner: Any) -> CheckReport:
+    """Check ``my_crop(cache, keep)``: rolls a ``DynamicCache`` back in place to its first ``keep`` positions."""
+    return run_cases("my_crop", _run_crop(learner) if callable(learner) else learner, _crop_cases(), _judge_crop)
+
+
+# --- exercise 2: forget only the draft's rollback -----------------------------------------------------------------
+
+
+def forget_draft_rollback(answer: Any) -> CheckReport:
+    """The loop crops the target's cache every round but never the draft's: what happens?
+
+    (a) the tokens go wrong, as when the target forgets its rollback;
+    (b) the tokens stay right and the target needs exactly as many forwards, since the draft cannot affect it;
+    (c) the tokens stay right, but the draft guesses from a corrupted context, so the target needs as many or
+        (usually) more forwards: a bug that costs only speed;
+    (d) the next draft forward raises an error, because the draft's cache is longer than the loop expects.
+    """
+    return check_choice("forget_draft_rollback", answer, "c", {
+        "a": "The draft only proposes. Every emitted token is the target's greedy choice, computed from the target's "
+             "own cache, which is still rolled back; a bad proposal is simply rejected. That is why forgetting the "
+             "*target's* rollback writes wrong text and forgetting the draft's does not.",
+        "b": "The tokens do stay right, but the number of target forwards is the number of rounds, and how many tokens "
+             "a round commits depends on how many drafts the target accepts, i.e. on what the draft proposes from its "
+             "now corrupted cache. On one prompt the count can happen to be equal (code-001: 19 and 19); over several "
+             "prompts it rises (e.g. 10 -> 12 and 25 -> 28 on code-002 and code-003).",
+        "c": "Yes. The target's cache is right, so every emitted token is still the target's own. The draft's cache "
+             "keeps the rejected drafts: its next tokens land after them, at wrong positions, attending to text that "
+             "was never committed, so its guesses get worse, fewer are accepted and the target needs as many or more "
+             "forwards. Only speed shows the bug, which is why the tests check the caches themselves after every "
+             "round.",
+        "d": "Nothing checks the draft cache's length: forward_with_cache appends after whatever the cache holds, at "
+             "the next positions. The bug is silent, which is what makes it dangerous; only a slower run (or a test on "
+             "the cache itself) reveals it.",
+    })
+
+
+# --- exercise 3: when does the cache outgrow the weights? ---------------------------------------------------------
+
+
+def _element_bytes(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
+
+
+def _config(layers: int, heads: int, kv_heads: int, head_dim: int) -> LlamaConfig:
+    """A Llama config with these attention shapes (``hidden_size = heads * head_dim``, as in Llama)."""
+    return LlamaConfig(num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
+                       head_dim=head_dim, hidden_size=heads * head_dim, intermediate_size=4 * heads * head_dim,
+                       vocab_size=256)
+
+
+def _kv_cases() -> list[Case]:
+    configs = [("24 layers, 4 heads (all KV) of 48 dims, float32: the notebook's target", (24, 4, 4, 48),
+                torch.float32),
+               ("28 layers, 24 heads, 8 KV heads of 128 dims, bfloat16 (grouped-query attention)",
+                (28, 24, 8, 128), torch.bfloat16),
+               ("16 layers, 8 heads, 1 KV head of 64 dims, float16 (multi-query attention)", (16, 8, 1, 64),
+                torch.float16),
+               ("40 layers, 40 heads, 8 KV heads of 128 dims, float8_e4m3fn", (40, 40, 8, 128), torch.float8_e4m3fn),
+               ("2 layers, 6 heads, 3 KV heads of 16 dims, float32", (2, 6, 3, 16), torch.float32)]
+    out = []
+    for name, shape, dtype in configs:
+        layers, _, kv_heads, head_dim = shape
+        out.append(Case(name, (_config(*shape), dtype), 2 * layers * kv_heads * head_dim * _element_bytes(dtype)))
+    return out
+
+
+def _judge_kv(case: Case, got: Any) -> str | None:
+    config, dtype = case.args
+    if not is_number(got):
+        return f"Expected a number of bytes, got {describe(got)}."
+    value, expected = float(got), case.expected
+    if value == expected:
+        return None
+    layers, heads, kv_heads = config.num_hidden_layers, config.num_attention_heads, config.num_key_value_heads
+    element = _element_bytes(dtype)
+    slips = [(expected / 2, "you counted one tensor per layer: the cache keeps keys *and* values, a factor 2."),
+             (expected * heads / kv_heads, "you used num_attention_heads; the cache stores num_key_value_heads heads "
+                                           "(grouped-query attention shares each key/value head among several "
+                                           "query heads)."),
+             (expected / 2 * heads / kv_heads, "two slips: keys and values (a factor 2), and KV heads "
+                                               "(num_key_value_heads), not attention heads."),
+             (expected * 8, "that is bits, not bytes: torch.finfo(dtype).bits counts bits; one value takes "
+                            "torch.empty((), dtype=dtype).element_size() bytes (bits // 8)."),
+             (expected * 4 / element, "you assumed 4 bytes (float32) per value whatever the dtype; use the dtype's "
+                                      "own size, torch.empty((), dtype=dtype).element_size()."),
+             (expected / layers, "that is one layer's worth: every layer caches its own keys and values.")]
+    for wrong, hint in slips:
+        if wrong != expected and math.isclose(value, wrong):
+            return mismatch(expected, got, hint)
+    return mismatch(expected, got, "bytes per token = 2 (keys, values) x layers x KV heads x head_dim x bytes per "
+                                   "value.")
+
+
+def my_kv_bytes_per_token(learner: Any) -> CheckReport:
+    """Check ``my_kv_bytes_per_token(config, dtype) -> int``: the KV-cache bytes one token costs."""
+    return run_cases("my_kv_bytes_per_token", learner, _kv_cases(), _judge_kv)
+
+
+def _crossover_cases() -> list[Case]:
+    pairs = [("the target: 36864 bytes per token, 45650880 bytes of weights", 36_864, 45_650_880),
+             ("weights exactly 1000 tokens' worth: at 1000 tokens the cache only equals them", 4_096, 4_096_000),
+             ("a cache that outgrows the weights at the first token", 10_000, 5_000),
+             ("131072 bytes per token, 16 GB of weights", 131_072, 16 * 10**9)]
+    return [Case(name, (per_token, weights), weights // per_token + 1) for name, per_token, weights in pairs]
+
+
+def _judge_crossover(case: Case, got: Any) -> str | None:
+    per_token, weights = case.args
+    expected = case.expected
+    if not is_number(got):
+        return f"Expected a number of tokens, got {describe(got)}."
+    value = float(got)
+    if value == expected:
+        return None
+    if not value.is_integer() and math.isclose(value, weights / per_token):
+        return mismatch(expected, got, "a context length is a whole number of tokens: the first T with "
+                                       "T x bytes_per_token > weight_bytes.")
+    if value == expected - 1:
+        return mismatch(expected, got, f"at {int(value)} tokens the cache holds {int(value) * per_token} bytes, not "
+                                       f"more than the {weights} bytes of weights: it must *exceed* them, one token "
+                                       "more (weight_bytes // bytes_per_token + 1).")
+    if math.isclose(value, per_token / weights) or math.isclose(value, per_token * weights):
+        return mismatch(expected, got, "tokens = weight bytes / bytes per token (bytes over bytes per token).")
+    return mismatch(expected, got, "the first T with T x bytes_per_token > weight_bytes: "
+                                   "weight_bytes // bytes_per_token + 1.")
+
+
+def crossover_length(learner: Any) -> CheckReport:
+    """Check ``crossover_length(bytes_per_token, weight_bytes) -> int``: the first context length (tokens) at which
+    one sequence's KV cache holds more bytes than the weights."""
+    return run_cases("crossover_length", learner, _crossover_cases(), _judge_crossover)
+
+
+def llama_cache_crossover(tokens: Any) -> CheckReport:
+    """Check the context length at which a Llama-3-8B-like model's cache (32 layers, 8 KV heads of 128 dims, bf16)
+    exceeds ~16 GB of weights (16 GiB accepted too)."""
+    per_token = 2 * 32 * 8 * 128 * 2
+    return check_value(
+        "llama_cache_crossover", tokens, 16 * 10**9 // per_token + 1, rel_tol=0.08,
+        too_low="your bytes per token are too large: 8 KV heads (not the 32 attention heads), 2 bytes per bf16 value "
+                "(not 16 bits, not float32's 4).",
+        too_high="your bytes per token are too small: did you forget the factor 2 (keys and values) or the 32 layers?",
+        note=f"{per_token} bytes = 128 KiB per token: an 8k-token sequence holds 1 GiB, and a batch of 16 such "
+             "sequences already outweighs the weights. The draft adds its own cache per sequence.")

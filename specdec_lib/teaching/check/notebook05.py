@@ -1,0 +1,200 @@
+"""Self-checks of notebook 05 (drafting without a draft model): ``check.<exercise>(your_answer)``.
+
+- `latest_prompt_lookup` (exercise 1): your prompt lookup that copies after the *latest* earlier occurrence of the
+  longest recurring n-gram, run on hidden token lists against ``find_continuation(..., rule="latest")``;
+- `free_draft_speedup` (exercise 2): the speed-up of a drafter that costs nothing to run, from a trace's rounds and
+  measured verification costs, on hand-made traces;
+- `which_exit` (exercise 3): multiple choice, what happens above and below the trained exit layer, and to c.
+
+A wrong answer is compared with the usual mistakes (`find_mistake`): when it equals what one of them returns, the hint
+names that mistake instead of only showing expected against got.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ...drafters.prompt_lookup import find_continuation
+from .core import Case, CheckReport, check_choice, close, find_mistake, is_number, mismatch, run_cases
+
+
+# --- exercise 1: the most recent match ------------------------------------------------------------------------
+
+
+def _latest(tokens: list[int], k: int, max_ngram: int = 3) -> list[int]:
+    return find_continuation(tokens, k, max_ngram=max_ngram, rule="latest")
+
+
+def _first(tokens: list[int], k: int, max_ngram: int = 3) -> list[int]:
+    return find_continuation(tokens, k, max_ngram=max_ngram, rule="first")
+
+
+def _scan(tokens: list[int], k: int, max_ngram: int, sizes: Callable[[int], range], *, tail: int = 1,
+          keep_match: bool = False, cap: bool = True) -> list[int]:
+    """Latest-occurrence lookup with one thing changed: the order of the n tried (``sizes``), where the scan
+    starts (``tail = 0``: at the suffix itself), whether the match itself is copied, whether k caps the draft."""
+    for n in sizes(min(max_ngram, len(tokens) - 1)):
+        suffix = tokens[-n:]
+        for start in range(len(tokens) - n - tail, -1, -1):
+            if tokens[start : start + n] == suffix:
+                begin = start if keep_match else start + n
+                return tokens[begin : begin + k] if cap else tokens[begin:]
+    return []
+
+
+def _longest_first(top: int) -> range:
+    return range(top, 0, -1)
+
+
+def _shortest_first(top: int) -> range:
+    return range(1, top + 1)
+
+
+LOOKUP_MISTAKES = [
+    (_first, "That is the continuation of the *first* (leftmost) occurrence, the rule of transformers and "
+             "find_continuation's default. Scan the start positions from right to left, latest first: "
+             "range(len(tokens) - n - 1, -1, -1)."),
+    (lambda t, k, m=3: _scan(t, k, m, _longest_first, tail=0),
+     "The latest occurrence of the last n tokens is always the suffix itself, and nothing follows it. Start the "
+     "scan one position earlier, at len(tokens) - n - 1, so that the occurrence ends before the last token."),
+    (lambda t, k, m=3: _scan(t, k, m, _shortest_first),
+     "You tried the shortest n first. Prompt lookup prefers the *longest* recurring n-gram (n from max_ngram "
+     "down to 1), and only then takes its latest occurrence."),
+    (lambda t, k, m=3: _scan(t, k, m, _longest_first, keep_match=True),
+     "Your draft starts with the matched n-gram itself. The draft is what *followed* the match: "
+     "tokens[start + n : start + n + k]."),
+    (lambda t, k, m=3: _scan(t, k, m, _longest_first, cap=False),
+     "Your draft is longer than k: copy at most k tokens, tokens[start + n : start + n + k]."),
+]
+
+
+def _lookup_cases() -> list[Case]:
+    hand_made = [
+        ("the suffix [1, 2, 3] occurs twice before: first and latest differ",
+         [1, 2, 3, 9, 4, 1, 2, 3, 8, 5, 1, 2, 3], 2, 3),
+        ("the longest recurring n-gram [1, 2] occurs once; the shorter [2] recurs later",
+         [1, 2, 5, 7, 3, 2, 6, 1, 2], 2, 3),
+        ("no n-gram recurs", [4, 8, 15, 16, 23, 42], 4, 3),
+        ("the latest match ends one token before the end: fewer than k tokens follow it", [4, 7, 7], 3, 3),
+        ("overlapping repeats", [5, 5, 5, 5], 4, 3),
+        ("max_ngram = 1: only the last token is matched", [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5], 3, 1),
+        ("a continuation that is longer than k", [6, 1, 2, 3, 4, 5, 6, 7, 8, 6], 3, 3),
+    ]
+    cases = [Case(name, (tokens, k, max_ngram), _latest(tokens, k, max_ngram)) for name, tokens, k, max_ngram
+             in hand_made]
+    rng = random.Random(5)
+    for number in range(60):
+        tokens = [rng.randrange(rng.choice((3, 5, 12))) for _ in range(rng.randrange(2, 40))]
+        k, max_ngram = rng.choice((1, 4, 8)), rng.choice((1, 2, 3))
+        cases.append(Case(f"random token list {number + 1} (k = {k}, max_ngram = {max_ngram})", (tokens, k, max_ngram),
+                          _latest(tokens, k, max_ngram)))
+    return cases
+
+
+def _same_tokens(a: Any, b: Any) -> bool:
+    try:
+        return [int(x) for x in a] == [int(x) for x in b]
+    except (TypeError, ValueError):
+        return False
+
+
+def latest_prompt_lookup(learner: Callable) -> CheckReport:
+    """Exercise 1: ``learner(tokens, k, max_ngram)`` must return the up to k tokens that followed the latest
+    earlier occurrence of the longest recurring suffix n-gram (``find_continuation(..., rule="latest")``), on
+    hand-made and random token lists."""
+
+    def judge(case: Case, got: Any) -> str | None:
+        if not isinstance(got, (list, tuple)):
+            return f"Expected a list of token ids, got {type(got).__name__}."
+        if _same_tokens(got, case.expected):
+            return None
+        return mismatch(case.expected, got, find_mistake(got, case.args, case.expected, LOOKUP_MISTAKES, _same_tokens))
+
+    return run_cases("latest_prompt_lookup", learner, _lookup_cases(), judge)
+
+
+# --- exercise 2: gamma for a drafter that is free ---------------------------------------------------------------
+
+
+def _speedup(rounds: Sequence[tuple[int, int]], verify_cost: dict[int, float]) -> float:
+    """Tokens emitted over the cost of the verification forwards, a round with d drafts reading d + 1 positions."""
+    return sum(emitted for _, emitted in rounds) / sum(verify_cost[drafted + 1] for drafted, _ in rounds)
+
+
+SPEEDUP_MISTAKES = [
+    (lambda rounds, v: sum(e for _, e in rounds) / len(rounds),
+     "That is tokens per target forward: it prices every verification forward at 1. A round that verified d "
+     "drafts reads d + 1 positions and costs verify_cost[d + 1] one-token forwards."),
+    (lambda rounds, v: sum(e for _, e in rounds) / (len(rounds) * v[max(d for d, _ in rounds) + 1]),
+     "You priced every round at the longest draft's cost. Prompt lookup often drafts fewer tokens than gamma, or "
+     "none (that round verifies 1 position and costs verify_cost[1] = 1): price each round by its own drafts."),
+    (lambda rounds, v: sum(e for _, e in rounds) / sum(v[max(d, 1)] for d, _ in rounds),
+     "A round with d drafts verifies d + 1 positions (the last committed token, then the d drafts): its cost is "
+     "verify_cost[d + 1], not verify_cost[d]."),
+    (lambda rounds, v: sum(e / v[d + 1] for d, e in rounds) / len(rounds),
+     "You averaged the rounds' own ratios. The speed-up is all tokens over all cost, sum(emitted) / sum(cost): an "
+     "average of ratios weights a cheap one-token round like a long accepted copy."),
+    (lambda rounds, v: sum(v[d + 1] for d, _ in rounds) / sum(e for _, e in rounds),
+     "That is the cost per token, the inverse of the speed-up: return tokens / cost."),
+]
+
+_COSTS = {n: 1.0 + 0.07 * (n - 1) for n in range(1, 18)}  # a CPU-like v: 17 positions cost about twice one
+_STEEP = {n: 1.0 + 0.25 * (n - 1) for n in range(1, 10)}  # a verify forward that is dear per position
+
+SPEEDUP_CASES = [
+    Case("prompt lookup at gamma = 8: long copies, short ones, and rounds that drafted nothing",
+         ([(8, 9), (0, 1), (3, 2), (8, 4), (0, 1), (5, 6)], _COSTS)),
+    Case("every round drafted gamma = 4 and kept them all", ([(4, 5), (4, 5), (4, 5)], _STEEP)),
+    Case("a dear verify forward: long drafts that are rejected early", ([(8, 1), (8, 2), (1, 2), (0, 1)], _STEEP)),
+    Case("one round of 16 drafts, all accepted", ([(16, 17)], _COSTS)),
+    Case("rounds that drafted nothing only: the target alone", ([(0, 1), (0, 1)], _COSTS)),
+]
+SPEEDUP_CASES = [Case(case.name, case.args, _speedup(*case.args)) for case in SPEEDUP_CASES]
+
+
+def free_draft_speedup(learner: Callable) -> CheckReport:
+    """Exercise 2: ``learner(rounds, verify_cost)`` with ``rounds`` a list of ``(drafted, emitted)`` per
+    verification forward and ``verify_cost`` a dict ``{positions: cost in one-token forwards}`` must return
+    ``sum(emitted) / sum(verify_cost[drafted + 1])``, on hand-made traces."""
+
+    def judge(case: Case, got: Any) -> str | None:
+        if not is_number(got):
+            return f"Expected a number (the speed-up), got {type(got).__name__}."
+        if close(got, case.expected, rel_tol=1e-9):
+            return None
+        hint = find_mistake(got, case.args, case.expected, SPEEDUP_MISTAKES, lambda a, b: close(a, b, rel_tol=1e-9))
+        return mismatch(case.expected, got, hint)
+
+    return run_cases("free_draft_speedup", learner, SPEEDUP_CASES, judge)
+
+
+# --- exercise 3: which exit? -----------------------------------------------------------------------------------
+
+EXIT_FEEDBACK = {
+    "a": "Depth alone does not make an exit readable, and c is not free: each shallow pass runs E layers plus the "
+         "LM head, so c grows with E, about (E layers + head) / (24 layers + head). An exit as deep as 12 pays "
+         "half a target forward per draft, and drafted no better than 8 in the solution's run.",
+    "b": "Yes. Layer 2 was never asked to be read by the LM head (the auxiliary loss trained layer 4 only) and "
+         "drafts poorly. Deeper exits sit closer to the final representation and may agree more often, but each "
+         "draft costs more: c ~ (E layers + LM head) / (24 layers + LM head), about 0.15 at E = 2, 0.22 at 4, "
+         "0.38 at 8 and 0.54 at 12 on the embedded target. The speed optimum is a shallow exit that was trained.",
+    "c": "The output does not depend on the exit: verification checks every draft with the full target, so any "
+         "exit layer gives the target's own greedy tokens (the exercise can assert it). Only acceptance and cost "
+         "change.",
+    "d": "The LM head (4096 x 192) weighs about two layers, not the whole model: c still grows by one layer's "
+         "weights per extra layer, from about 0.15 at E = 2 to 0.54 at E = 12.",
+}
+
+
+def which_exit(answer: Any) -> CheckReport:
+    """Exercise 3 (multiple choice): what happens above and below the trained exit layer, and what of c?
+
+    (a) Deeper exits always draft better, so the deepest exit is the fastest.
+    (b) Below layer 4 the exit was never trained and drafts poorly; above it drafts may agree more, but c grows
+        with E, so a shallow, trained exit is where drafting pays.
+    (c) Any exit other than layer 4 breaks token identity, because the KV cache is shared.
+    (d) c is about the same for every exit, because the LM head dominates the cost of a shallow pass.
+    """
+    return check_choice("which_exit", answer, "b", EXIT_FEEDBACK)

@@ -1,0 +1,155 @@
+"""Notebook 06's tuning panel: pick a drafter, a task, gamma and a temperature; it re-runs and re-plots.
+
+The logic is plain functions, tested without a browser: `run_case` measures one setting (the target alone and
+speculative decoding on the same prompts, side by side, with the same seeds), `plot_case` draws it, and
+`tuning_panel` only wires ipywidgets controls to them. The drafters are the bench's (`bench.drafters.DRAFTERS`,
+the cross-tokenizer one left out: it needs a second pair).
+
+One case costs a few seconds on a CPU (two prompts of 32 tokens, both methods): the controls re-run on release
+(``continuous_update=False``), not while a slider is dragged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..bench.drafters import DRAFTERS, task_prompt_ids
+from ..bench.methods import Autoregressive, GenerationSpec, Speculative, resolve_eos
+from ..bench.protocol import timed_run
+from ..bench.report import pooled_trace
+from ..core.errors import ConfigError
+from ..loading import ModelPair
+from ..prompts import TASKS
+from ..core.sampling import GREEDY, SamplingConfig
+from ..core.speculative import check_gamma
+from ..core.theory import expected_tokens_per_round
+from ..core.trace import mean_acceptance_length, per_position_acceptance, per_token_acceptance
+
+if TYPE_CHECKING:  # pragma: no cover
+    from matplotlib.axes import Axes
+
+#: The drafters the panel offers (the bench's, without the cross-tokenizer one).
+PANEL_DRAFTERS = tuple(name for name in DRAFTERS if name != "cross-tokenizer")
+MAX_PANEL_GAMMA = 8
+
+
+@dataclass(frozen=True)
+class PanelCase:
+    """One measured setting. ``per_position``: P(draft i accepted), i = 1..gamma; ``speedup``: the target
+    alone's seconds over speculative decoding's, summed over the prompts (one run each: a demonstration, not a
+    benchmark); ``identical``: greedy tokens equal the target's (None when sampling: equality is in
+    distribution)."""
+
+    drafter: str
+    task: str
+    gamma: int
+    temperature: float
+    prompts: int
+    new_tokens: int
+    alpha: float | None
+    mean_acceptance_length: float | None
+    per_position: list[float]
+    speedup: float
+    identical: bool | None
+
+
+def check_case(drafter: object, task: object, gamma: object, temperature: object) -> SamplingConfig:
+    """Refuse an unknown drafter or task, a bad gamma or temperature; the sampling config of ``temperature``."""
+    if drafter not in PANEL_DRAFTERS:
+        raise ConfigError(f"Unknown drafter {drafter!r}; the panel offers {', '.join(PANEL_DRAFTERS)}.")
+    if task not in TASKS:
+        raise ConfigError(f"Unknown task {task!r}; choose from {', '.join(TASKS)}.")
+    check_gamma(gamma)
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or temperature < 0:
+        raise ConfigError(f"temperature must be a number >= 0 (0: greedy), got {temperature!r}.")
+    return GREEDY if temperature == 0 else SamplingConfig(temperature=float(temperature))
+
+
+def run_case(pair: ModelPair, drafter: str, task: str, gamma: int, temperature: float = 0.0, *, prompts: int = 2,
+             max_new_tokens: int = 32, seed: int = 0) -> PanelCase:
+    """The target alone and speculative decoding with ``drafter`` at ``gamma`` on the first ``prompts`` prompts of
+    ``task``, greedy (``temperature`` 0) or sampling (seeds ``seed + i``), one run each, side by side."""
+    sampling = check_case(drafter, task, gamma, temperature)
+    spec = GenerationSpec(max_new_tokens, resolve_eos(pair), sampling=sampling)
+    baseline = Autoregressive(pair.target, spec)
+    ours = Speculative(pair.target, DRAFTERS[drafter].build(pair, None), gamma, spec)
+    device = pair.target.device
+    base_runs, our_runs = [], []
+    for index, ids in enumerate(task_prompt_ids(pair, task, prompts, device)):
+        base_runs.append(timed_run(baseline, ids, device, seed + index))
+        our_runs.append(timed_run(ours, ids, device, seed + index))
+    pooled = pooled_trace(our_runs)
+    identical = all(b.tokens == o.tokens for b, o in zip(base_runs, our_runs))
+    return PanelCase(drafter, task, gamma, float(temperature), prompts, max_new_tokens,
+                     per_token_acceptance(pooled), mean_acceptance_length(pooled), per_position_acceptance(pooled),
+                     sum(r.seconds for r in base_runs) / sum(r.seconds for r in our_runs),
+                     identical if sampling.is_greedy else None)
+
+
+def describe_case(case: PanelCase) -> str:
+    """One line: the setting and its numbers."""
+    decoding = "greedy" if case.temperature == 0 else f"T={case.temperature:g}"
+    alpha = "-" if case.alpha is None else f"{case.alpha:.2f}"
+    length = "-" if case.mean_acceptance_length is None else f"{case.mean_acceptance_length:.2f}"
+    same = {True: "identical to the target's", False: "DIFFERENT from the target's", None: "sampled"}[case.identical]
+    return (f"{case.drafter}, {case.task}, gamma={case.gamma}, {decoding}: alpha {alpha}, mean acceptance length "
+            f"{length}, speed-up {case.speedup:.2f}x (one run of {case.prompts} prompts), tokens {same}")
+
+
+def plot_case(case: PanelCase, axes: Sequence[Axes] | None = None) -> Sequence[Axes]:
+    """Left: P(draft i accepted) with alpha^i; right: the mean acceptance length against Leviathan's curve for
+    this alpha, gamma 0..8, the measured point circled."""
+    if axes is None:
+        import matplotlib.pyplot as plt
+
+        _, axes = plt.subplots(1, 2, figsize=(10, 3.4))
+    left, right = axes
+    positions = list(range(1, len(case.per_position) + 1))
+    left.bar(positions, case.per_position, color="#66bb6a", label="measured")
+    if case.alpha is not None:
+        left.plot(positions, [case.alpha**i for i in positions], "o--", color="#0d47a1", label="alpha^i")
+        grid = list(range(MAX_PANEL_GAMMA + 1))
+        right.plot(grid, [expected_tokens_per_round(case.alpha, g) for g in grid], "-", color="#0d47a1",
+                   label=f"theory, alpha = {case.alpha:.2f}")
+    if case.mean_acceptance_length is not None:
+        right.plot([case.gamma], [case.mean_acceptance_length], "o", color="#e65100", markersize=9, label="measured")
+    left.set(xlabel="draft position i", ylabel="P(draft i accepted)", ylim=(0, 1.05),
+             title=f"{case.drafter} on {case.task}")
+    right.set(xlabel="gamma", ylabel="mean acceptance length", title=f"speed-up {case.speedup:.2f}x (one run)")
+    for ax in axes:
+        ax.legend(fontsize=8)
+    return axes
+
+
+def tuning_panel(pair: ModelPair, *, prompts: int = 2, max_new_tokens: int = 32) -> Any:
+    """Dropdowns (drafter, task), sliders (gamma 1..8, temperature 0..1.5), a label with `describe_case` and an
+    output area with `plot_case` of `run_case`, re-run whenever a control is released. The figure lives in the
+    widget state: a stored notebook shows it only where the widget state was saved, so notebook 06 also draws one
+    case as an ordinary figure."""
+    import ipywidgets as widgets
+    import matplotlib.pyplot as plt
+
+    drafter = widgets.Dropdown(options=PANEL_DRAFTERS, value="draft-model", description="drafter")
+    task = widgets.Dropdown(options=TASKS, value=TASKS[0], description="task")
+    gamma = widgets.IntSlider(value=3, min=1, max=MAX_PANEL_GAMMA, description="gamma", continuous_update=False)
+    temperature = widgets.FloatSlider(value=0.0, min=0.0, max=1.5, step=0.1, description="temperature",
+                                      continuous_update=False)
+    summary = widgets.Label()  # describe_case of the last run
+    output = widgets.Output()  # its figure
+
+    def rerun(_change: object = None) -> None:
+        summary.value = "running..."
+        case = run_case(pair, drafter.value, task.value, gamma.value, temperature.value, prompts=prompts,
+                        max_new_tokens=max_new_tokens)
+        summary.value = describe_case(case)
+        with output:
+            output.clear_output(wait=True)
+            plot_case(case)
+            plt.show()
+
+    for control in (drafter, task, gamma, temperature):
+        control.observe(rerun, names="value")
+    rerun()
+    return widgets.VBox([widgets.HBox([drafter, task]), widgets.HBox([gamma, temperature]), summary, output])

@@ -1,0 +1,215 @@
+"""`python -m specdec_lib site [--out build/site]`: the executed course as a static web site, offline.
+
+    python -m specdec_lib site                      # -> build/site/index.html
+    python -m specdec_lib site --out /tmp/course    # anywhere else
+
+The site shows what the stored notebooks show: nothing is re-executed (myst-nb with ``nb_execution_mode = "off"``),
+so it builds in well under a minute on two CPU cores and needs neither the models nor a kernel. Its pages are
+``course/*.ipynb`` (the numbered notebooks), ``course/*.md`` (glossary, teacher guide, ...) and
+``course/solutions/*.ipynb``, found by glob (`course_pages`), under an index generated here (`index_markdown`).
+
+Offline both when it builds and when it is read: Sphinx, myst-nb and sphinx-book-theme come from pip and bring
+their assets; MathJax is the copy that sphinx-mathjax-offline ships (Sphinx's default is a CDN); ipywidgets'
+JavaScript (another CDN) is left out, so a widget shows the HTML or text it stored beside itself. The whole Sphinx
+configuration is `sphinx_config`; there is no conf.py.
+
+A markdown link to an HTML anchor, ``[draft](glossary.md#draft)`` to ``<a id="draft"></a>``, resolves like a link
+to a heading (`register_html_anchors`), so a link to an id that does not exist is a warning of the build. So is a
+link out of the course folder (``../README.md``): it works in Jupyter, but the site holds only the course.
+
+Exit codes: 0 built; 1 the build failed or --out is a folder that is not a site to replace; 2 bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import re
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from ..core.errors import ConfigError
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+COURSE_DIR = REPO_ROOT / "course"
+DEFAULT_OUT = REPO_ROOT / "build" / "site"
+TITLE = "Speculative decoding: the course"
+
+# the pages of the site, relative to the course folder (Sphinx glob syntax: * stays inside one folder)
+PAGE_PATTERNS = ("*.ipynb", "*.md", "solutions/*.ipynb")
+# what is never copied into the site's sources
+IGNORED = shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__", "*.pyc")
+# an id="..." (or id='...') attribute in raw HTML
+_HTML_ID = re.compile(r"""\bid\s*=\s*["']([^"']+)["']""")
+_ANSI_COLOUR = re.compile(r"\x1b\[[0-9;]*m")
+
+
+@dataclass
+class SiteBuild:
+    """What `build_site` made: the index page, every page's source, and the warnings Sphinx printed."""
+
+    index: Path
+    pages: list[Path]
+    warnings: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def course_pages(course_dir: Path = COURSE_DIR) -> list[Path]:
+    """The course's pages in site order: numbered notebooks, other notebooks, markdown pages, solutions."""
+    found = {path for pattern in PAGE_PATTERNS for path in course_dir.glob(pattern) if path.is_file()}
+    return sorted(found, key=lambda p: (p.parent != course_dir, p.suffix != ".ipynb", p.name))
+
+
+def page_title(path: Path) -> str:
+    """The first markdown heading of a notebook or markdown file (the file's name without one)."""
+    if path.suffix == ".ipynb":
+        import nbformat
+
+        cells = nbformat.read(path, as_version=4).cells
+        text = "\n".join(cell.source for cell in cells if cell.cell_type == "markdown")
+    else:
+        text = path.read_text(encoding="utf-8")
+    heading = re.search(r"^#{1,6}\s+(.+?)\s*#*\s*$", text, flags=re.M)
+    return heading.group(1) if heading else path.stem
+
+
+def index_markdown(pages: Sequence[Path], course_dir: Path = COURSE_DIR) -> str:
+    """The site's front page: one toctree per part (notebooks, reference pages, solutions), captions as headings."""
+    parts: dict[str, list[str]] = {"Notebooks": [], "Reference": [], "Solutions": []}
+    for page in pages:
+        relative = page.relative_to(course_dir).with_suffix("").as_posix()
+        part = "Solutions" if page.parent != course_dir else "Notebooks" if page.suffix == ".ipynb" else "Reference"
+        parts[part].append(relative)
+    lines = [
+        f"# {TITLE}",
+        "",
+        "The notebooks of the course with the outputs they stored when they last ran top to bottom (nothing here "
+        "re-runs them). To run them yourself, open the course with `jupyter lab course/`.",
+        "",
+    ]
+    for caption, entries in parts.items():
+        if entries:
+            lines += ["```{toctree}", ":maxdepth: 1", f":caption: {caption}", "", *entries, "```", ""]
+    return "\n".join(lines)
+
+
+def sphinx_config() -> dict:
+    """The site's whole Sphinx configuration (what a conf.py would hold), passed to Sphinx as overrides."""
+    return {
+        "project": TITLE,
+        "extensions": ["myst_nb", "sphinx-mathjax-offline"],
+        "root_doc": "index",
+        "include_patterns": ["index.md", *PAGE_PATTERNS],
+        "exclude_patterns": ["**/.ipynb_checkpoints"],
+        # the stored outputs, as they are: no kernel, no execution, stderr shown (the course stores none)
+        "nb_execution_mode": "off",
+        "nb_output_stderr": "show",
+        # no ipywidgets JavaScript (it comes from a CDN): a widget falls back to its stored HTML or text
+        "nb_ipywidgets_js": {},
+        "nb_mime_priority_overrides": [("html", "application/vnd.jupyter.widget-view+json", None)],
+        # notebook markdown: $...$ and $$...$$ math, links to headings (#some-heading), <details> and <a id> as HTML
+        "myst_enable_extensions": ["dollarmath", "amsmath"],
+        "myst_heading_anchors": 3,
+        "html_theme": "sphinx_book_theme",
+        "html_title": TITLE,
+        "html_theme_options": {"show_toc_level": 2, "use_download_button": False},
+        "html_context": {"default_mode": "light"},  # else the theme logs an error on a reader's first visit
+        "html_show_sourcelink": False,
+        "html_copy_source": False,
+    }
+
+
+def register_html_anchors(app, doctree) -> None:
+    """Record every ``id`` of a document's raw HTML as a target of that document (Sphinx ``doctree-read`` hook).
+
+    myst-parser resolves ``[text](glossary.md#draft)`` by looking up ``draft`` among glossary's heading slugs and
+    labels; an ``<a id="draft"></a>`` is neither, so the link would work but warn. As an anonymous label of the
+    document the id resolves, and an id that no raw HTML of the document holds still warns.
+    """
+    from docutils import nodes
+
+    docname = app.env.docname
+    anonlabels = app.env.domains["std"].anonlabels
+    for raw in doctree.findall(nodes.raw):
+        if "html" in raw.get("format", "").split():
+            for anchor in _HTML_ID.findall(raw.astext()):
+                anonlabels[f"html-anchor:{docname}#{anchor}"] = (docname, anchor)
+
+
+def replace_site(built: Path, out: Path) -> None:
+    """Move a built site to ``out``, replacing an earlier site there but nothing else."""
+    if out.exists():
+        if not out.is_dir() or (not (out / ".buildinfo").is_file() and any(out.iterdir())):
+            raise ConfigError(f"{out} exists and is not a built site (no .buildinfo): choose another --out.")
+        shutil.rmtree(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(str(built), str(out))
+
+
+def build_site(out: Path = DEFAULT_OUT, course_dir: Path = COURSE_DIR) -> SiteBuild:
+    """Build the course site into ``out`` (``out/index.html`` is the front page); raises ConfigError on failure.
+
+    The sources (a copy of the course folder plus the generated index.md), doctrees, myst-nb's output images and
+    the HTML are made in a temporary folder, and only the finished HTML moves to ``out``.
+    """
+    from sphinx.application import Sphinx
+    from sphinx.errors import SphinxError
+
+    start = time.perf_counter()
+    pages = course_pages(course_dir)
+    if not pages:
+        raise ConfigError(f"{course_dir} holds no notebooks or markdown pages to build a site from.")
+    warnings = io.StringIO()
+    with tempfile.TemporaryDirectory(prefix="specdec-site-") as work:
+        work = Path(work)
+        source = work / "src"
+        shutil.copytree(course_dir, source, ignore=IGNORED)
+        (source / "index.md").write_text(index_markdown(pages, course_dir), encoding="utf-8")
+        html = work / "html"  # myst-nb writes output images beside it, into work/jupyter_execute
+        try:
+            app = Sphinx(
+                str(source), None, str(html), str(work / "doctrees"), "html",
+                confoverrides=sphinx_config(), status=io.StringIO(), warning=warnings, freshenv=True,
+            )
+            app.connect("doctree-read", register_html_anchors)
+            app.build()
+        except SphinxError as error:
+            raise ConfigError(f"the site did not build: {error}\n{warnings.getvalue()}") from error
+        replace_site(html, out)
+    # Sphinx colours its warnings and names the copies it read: plain text that names the course's own files
+    text = _ANSI_COLOUR.sub("", warnings.getvalue()).replace(str(source), str(course_dir))
+    lines = [line for line in text.splitlines() if line.strip()]
+    return SiteBuild(out / "index.html", pages, lines, time.perf_counter() - start)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m specdec_lib site",
+        description="Build the executed course (stored outputs, no re-execution) into a static web site.",
+    )
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="the site's folder (default: build/site)")
+    parser.add_argument("--course", type=Path, default=COURSE_DIR, help="the course folder (default: course/)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        built = build_site(args.out.resolve(), args.course.resolve())
+    except ConfigError as error:
+        print(f"site: {error}", file=sys.stderr)
+        return 1
+    for line in built.warnings:
+        print(line, file=sys.stderr)
+    print(f"site: {len(built.pages)} pages, {len(built.warnings)} warnings, {built.seconds:.1f} s")
+    print(f"site: open {built.index}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
