@@ -21,7 +21,7 @@ from transformers.utils import logging as transformers_logging
 from .core.devices import get_device
 from .core.errors import ConfigError, HubUnavailableError, ModelNotFoundError
 from .core.paths import data_dir
-from .core.vocab import compare_vocabularies
+from .core.pair import ModelPair
 
 
 EMBEDDED_MODELS: dict[str, str] = {
@@ -66,27 +66,6 @@ PRESETS: dict[str, Preset] = {
         "HuggingFaceTB/SmolLM2-135M-Instruct",
     ),
 }
-
-
-@dataclass
-class ModelPair:
-    """A target and a draft model with their tokenizers, on one device."""
-
-    target: PreTrainedModel
-    draft: PreTrainedModel
-    target_tokenizer: PreTrainedTokenizerBase
-    draft_tokenizer: PreTrainedTokenizerBase
-    preset: str
-    device: torch.device
-
-    @property
-    def same_tokenizer(self) -> bool:
-        """True when the draft's token ids mean the same strings to the target (same or padded tokenizer).
-
-        Compared on ``get_vocab()`` (token string -> id), never on vocabulary size: two tokenizers of the same
-        size can split text differently, and one tokenizer can sit under embeddings padded to different sizes.
-        """
-        return compare_vocabularies(self.target_tokenizer, self.draft_tokenizer, normalized=False).compatible
 
 
 def list_presets() -> dict[str, str]:

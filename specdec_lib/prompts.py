@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .core.paths import data_dir
+from .core.validation import check_count
 
 __all__ = ["Prompt", "TASKS", "REQUIRED_KEYS", "load_prompts", "prompts_dir"]
 
@@ -156,8 +157,8 @@ def load_prompts(task: str | None = None, *, limit: int | None = None) -> list[P
     """
     if task is not None:
         _check_task(task)
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
-        raise ValueError(f"limit must be a non-negative integer or None, got {limit!r}")
+    if limit is not None:
+        check_count("limit (prompts per set)", limit, minimum=0, hint="None: every prompt.")
     seen: dict[str, str] = {}
     result: list[Prompt] = []
     for name in TASKS if task is None else (task,):

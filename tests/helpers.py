@@ -25,7 +25,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
 from specdec_lib import autoregressive_generate, speculative_generate
-from specdec_lib.drafters.base import Draft, WrappedDrafter
+from specdec_lib.core.drafting import Draft, WrappedDrafter
 from specdec_lib.core.sampling import GREEDY, SamplingConfig, logits_to_probs
 
 # ---------------------------------------------------------------------------------------------------- tiny models
@@ -411,8 +411,8 @@ class UntemperedQ(WrappedDrafter):
     """The bug class real systems shipped: draws each draft at the requested temperature, but reports the
     temperature-1 softmax as its q. Wraps any drafter that samples with a distribution."""
 
-    def propose(self, sequence, k, sampling, generator) -> Draft:
-        draft = self.inner.propose(sequence, k, sampling, generator)
+    def propose(self, context, sampling, generator) -> Draft:
+        draft = self.inner.propose(context, sampling, generator)
         if draft.probs is not None:
             draft.probs = untempered(draft.probs, sampling.temperature)
         return draft
@@ -422,8 +422,8 @@ class GreedyDraftsAsPointMasses(WrappedDrafter):
     """Drafts the inner drafter's argmax tokens while sampling and reports ``probs=None`` (point masses, like prompt
     lookup): still exact, with fewer tokens accepted (``p(x) <= min(1, p(x) / q(x))``)."""
 
-    def propose(self, sequence, k, sampling, generator) -> Draft:
-        draft = self.inner.propose(sequence, k, GREEDY, generator)
+    def propose(self, context, sampling, generator) -> Draft:
+        draft = self.inner.propose(context, GREEDY, generator)
         return Draft(draft.tokens, None, draft.forwards)
 
 
@@ -434,7 +434,7 @@ class Counting(WrappedDrafter):
         super().__init__(inner)
         self.proposing_rounds = 0
 
-    def propose(self, sequence, k, sampling, generator) -> Draft:
-        draft = self.inner.propose(sequence, k, sampling, generator)
+    def propose(self, context, sampling, generator) -> Draft:
+        draft = self.inner.propose(context, sampling, generator)
         self.proposing_rounds += len(draft) > 0
         return draft

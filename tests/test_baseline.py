@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from helpers import hf_greedy
-from specdec_lib.core.baseline import autoregressive_generate
+from specdec_lib import autoregressive_generate
 from specdec_lib.core.errors import ConfigError, ContextOverflowError, InputError
 from specdec_lib.core.sampling import SamplingConfig
 from specdec_lib.core.trace import acceptance_rate, target_forwards, tokens_per_target_forward

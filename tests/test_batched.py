@@ -10,15 +10,11 @@ import pytest
 import torch
 
 from helpers import SIGNIFICANCE, detectable_tv, first_layer_draft, one_position_law
-from specdec_lib.core.baseline import autoregressive_generate
-from specdec_lib.core.batched_speculative import (
-    BatchedDraft,
-    BatchedDrafter,
-    BatchedDraftModel,
-    BatchedPromptLookup,
-    batched_speculative_generate,
-)
-from specdec_lib.core.batching import BatchedResult, batched_autoregressive_generate, left_pad, position_ids_from_mask
+from specdec_lib import autoregressive_generate
+from specdec_lib import DraftModelDrafter, PromptLookupDrafter, batched_autoregressive_generate, batched_speculative_generate
+from specdec_lib.core.drafting import Draft, WrappedDrafter
+from specdec_lib.core.result import GenerationResult
+from specdec_lib.core.rows import left_pad, positions_from_mask
 from specdec_lib.core.errors import ConfigError, ContextOverflowError, InputError
 from specdec_lib.core.sampling import SamplingConfig, logits_to_probs
 from specdec_lib.core.stats import chi_square_gof, histogram, total_variation
@@ -61,12 +57,13 @@ def prompts(batch):
 
 
 def test_left_padding_and_positions():
-    input_ids, mask = left_pad([torch.tensor([5, 17, 42, 3]), torch.tensor([[9, 4]])], pad_id=0)
+    input_ids, valid = left_pad([torch.tensor([5, 17, 42, 3]), torch.tensor([[9, 4]])], pad_id=0)
     assert input_ids.tolist() == [[5, 17, 42, 3], [0, 0, 9, 4]]
-    assert mask.tolist() == [[1, 1, 1, 1], [0, 0, 1, 1]]
-    assert position_ids_from_mask(mask).tolist() == [[0, 1, 2, 3], [0, 0, 0, 1]]
+    assert valid.long().tolist() == [[1, 1, 1, 1], [0, 0, 1, 1]]
+    assert positions_from_mask(valid).tolist() == [[0, 1, 2, 3], [0, 0, 0, 1]]
     holes = torch.tensor([[1, 1, 0, 1], [0, 1, 0, 1]])  # a hole counts for no position
-    assert position_ids_from_mask(holes).tolist() == [[0, 1, 1, 2], [0, 0, 0, 1]]
+    assert positions_from_mask(holes).tolist() == [[0, 1, 1, 2], [0, 0, 0, 1]]
+    assert left_pad([torch.tensor([5, 17]), torch.tensor([[9, 4]])])[1] is None  # no row padded: no mask
 
 
 @pytest.mark.parametrize("batch", [1, 3, 5])
@@ -154,7 +151,7 @@ def test_rows_finish_at_different_times_and_accept_ragged_drafts(target, drafts,
 def test_timing_helpers(target, drafts):
     result = batched_speculative_generate(target, drafts["first-layer"], prompts(3), gamma=3, max_new_tokens=12,
                                           eos_token_id=None)
-    assert isinstance(result, BatchedResult)
+    assert isinstance(result, GenerationResult) and result.batch == 3
     ttft = result.time_to_first_token()
     assert len(ttft) == 3 and len(set(ttft)) == 1  # every row's first token comes from the one prefill
     for times, gaps in zip(result.token_times, result.inter_token_latencies()):
@@ -207,27 +204,14 @@ def second_token_laws(peaked):
     return {"target": first @ second, "reports uniform q": first @ one_position_law(second, drafted, uniform)}
 
 
-class ReportsUniformQ(BatchedDrafter):
-    """A buggy drafter: it samples from the draft model but reports a uniform q (the bug class of base.py)."""
+class ReportsUniformQ(WrappedDrafter):
+    """A buggy drafter: it samples from the draft model but reports a uniform q (the bug class of
+    `specdec_lib.core.drafting`)."""
 
-    name = "wrong-q"
-
-    def __init__(self, model):
-        self.inner = BatchedDraftModel(model)
-        self.device = model.device
-
-    def begin(self, sequences, **limits):
-        self.inner.begin(sequences, **limits)
-
-    def propose(self, sequences, ks, sampling, generator):
-        draft = self.inner.propose(sequences, ks, sampling, generator)
-        return BatchedDraft(draft.tokens, draft.lengths, torch.full_like(draft.probs, 1 / draft.probs.shape[-1]))
-
-    def accept(self, lengths):
-        self.inner.accept(lengths)
-
-    def select(self, rows):
-        self.inner.select(rows)
+    def propose(self, context, sampling, generator):
+        draft = self.inner.propose(context, sampling, generator)
+        uniform = torch.full_like(draft.probs, 1 / draft.probs.shape[-1])
+        return Draft(draft.tokens, uniform, draft.forwards, draft.lengths)
 
 
 def second_tokens(peaked, drafter, seed):
@@ -247,12 +231,12 @@ def test_batched_sampling_keeps_the_target_distribution_per_row(peaked, second_t
     law, wrong_law = second_token_laws["target"], second_token_laws["reports uniform q"]
     draft = peaked[1]
     # q = None for prompt lookup: point masses, and some rows draft nothing
-    for drafter, seed in ((draft, 1), (BatchedPromptLookup(), 2)):
+    for drafter, seed in ((draft, 1), (PromptLookupDrafter(), 2)):
         test = chi_square_gof(second_tokens(peaked, drafter, seed), law)
         assert test.passes(SIGNIFICANCE) and detectable_tv(COPIES, test.cells) <= 0.12, (drafter, test)
     effect = total_variation(wrong_law, law)
     assert effect == pytest.approx(0.21, abs=0.005)
-    wrong = second_tokens(peaked, ReportsUniformQ(draft), seed=1)
+    wrong = second_tokens(peaked, ReportsUniformQ(DraftModelDrafter(draft)), seed=1)
     test = chi_square_gof(wrong, law)
     assert not test.passes(SIGNIFICANCE) and detectable_tv(COPIES, test.cells) <= effect / 1.5, test
     assert chi_square_gof(wrong, wrong_law).passes(SIGNIFICANCE)
@@ -284,14 +268,14 @@ def test_bad_inputs_are_refused_clearly(target, drafts, make_tiny_model):
         run(target, "prompt-lookup", prompts(2), gamma=0, max_new_tokens=4)
     with pytest.raises(ContextOverflowError, match="exceeds the model's context of 128"):
         run(target, "prompt-lookup", [torch.tensor([3] * 120)], gamma=2, max_new_tokens=10)
-    with pytest.raises(ConfigError, match="draft vocabulary must cover the target's"):
+    with pytest.raises(InputError, match=r"outside the model's vocabulary \[0, 32\)"):
         run(target, make_tiny_model(vocab_size=32), prompts(2), gamma=2, max_new_tokens=4)
     with pytest.raises(ConfigError, match="disable_by_batch_size"):
         run(target, "prompt-lookup", prompts(2), gamma=2, max_new_tokens=4, disable_by_batch_size=0)
     with pytest.raises(ConfigError, match="drafter must be 'prompt-lookup'"):
         run(target, "medusa", prompts(2), gamma=2, max_new_tokens=4)
 
-    class ElsewhereDraft(BatchedDraftModel):
+    class ElsewhereDraft(DraftModelDrafter):
         device = torch.device("meta")
 
     with pytest.raises(ConfigError, match="drafter's model is on meta"):

@@ -62,12 +62,12 @@ from specdec_lib.bench import (
 )
 from specdec_lib.drafters import CrossTokenizerDrafter, CrossVocabularySamplingDrafter
 from specdec_lib.core.errors import ConfigError, ModelNotFoundError
-from specdec_lib.loading import ModelPair
+from specdec_lib.core.pair import ModelPair
 from specdec_lib.prompts import Prompt
 from specdec_lib.core.sampling import SamplingConfig, logits_to_probs
 from specdec_lib.core.theory import expected_speedup
+from specdec_lib.core.result import GenerationResult
 from specdec_lib.core.trace import (
-    GenerationResult,
     RoundRecord,
     Trace,
     acceptance_rate,
@@ -307,7 +307,7 @@ def test_the_bench_is_a_package_with_one_module_per_job():  # (their length: tes
 def _result(tokens: list[int], rounds: list[RoundRecord]) -> GenerationResult:
     trace = Trace(start_time=0.0, rounds=rounds)
     sequence = torch.tensor([[0] + tokens])
-    return GenerationResult(sequence=sequence, prompt_length=1, method="hand-made", trace=trace)
+    return GenerationResult.single(sequence, 1, "hand-made", trace)
 
 
 def test_report_numbers_follow_from_hand_made_runs():

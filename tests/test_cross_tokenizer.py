@@ -15,6 +15,7 @@ import torch
 
 from helpers import (build_tiny_model, build_tiny_tokenizer, categories_for, detectable_tv, exact_joint,
                      first_layer_draft, greedy_tokens, sharpen, speculative_samples, transplant_intersection)
+from specdec_lib.core.drafting import Context
 from specdec_lib import (
     GREEDY,
     CrossTokenizerDrafter,
@@ -223,7 +224,7 @@ def test_a_prompt_ending_mid_character(embedded_cross_pair, target_greedy):
     ids = encoded(embedded_cross_pair, "x = '漢")[:, :-2]
     assert decode(tok, ids[0].tolist()).endswith("\ufffd")
     drafter = CrossTokenizerDrafter.for_pair(embedded_cross_pair)
-    assert len(drafter.propose(ids, 4, GREEDY, None)) == 0
+    assert len(drafter.propose(Context.of(ids, 4), GREEDY, None)) == 0
     result = run_cross(embedded_cross_pair, drafter, ids, 3, max_new_tokens=SHORT)
     assert result.new_token_list == target_greedy(ids, SHORT)
 
@@ -246,8 +247,8 @@ class EosDrafter(CrossTokenizerDrafter):
 def test_degenerate_drafts_propose_nothing_harmful(embedded_cross_pair, target_greedy, drafter_class):
     drafter = drafter_class.for_pair(embedded_cross_pair)
     ids = encoded(embedded_cross_pair, "value = '")
-    draft = drafter.propose(ids, 4, GREEDY, None)
-    assert "\ufffd" not in decode(embedded_cross_pair.target_tokenizer, draft.tokens.tolist())
+    draft = drafter.propose(Context.of(ids, 4), GREEDY, None)
+    assert "\ufffd" not in decode(embedded_cross_pair.target_tokenizer, draft.row().tolist())
     assert len(draft) == 0
     result = run_cross(embedded_cross_pair, drafter, ids, 3, max_new_tokens=SHORT)
     assert result.new_token_list == target_greedy(ids, SHORT)
@@ -256,10 +257,10 @@ def test_degenerate_drafts_propose_nothing_harmful(embedded_cross_pair, target_g
 def test_k_zero_and_wrong_settings(embedded_cross_pair):
     drafter = CrossTokenizerDrafter.for_pair(embedded_cross_pair)
     ids = encoded(embedded_cross_pair, "def f(x):")
-    drafter.begin(ids)
-    assert len(drafter.propose(ids, 0, GREEDY, None)) == 0
+    drafter.begin(Context.of(ids))
+    assert len(drafter.propose(Context.of(ids, 0), GREEDY, None)) == 0
     with pytest.raises(ConfigError, match="CrossVocabularySamplingDrafter"):
-        drafter.propose(ids, 3, SamplingConfig(temperature=1.0), None)
+        drafter.propose(Context.of(ids, 3), SamplingConfig(temperature=1.0), None)
     with pytest.raises(ConfigError, match="lookbehind"):
         CrossTokenizerDrafter.for_pair(embedded_cross_pair, lookbehind=0)
 
@@ -268,15 +269,16 @@ def test_the_draft_cache_is_rolled_back_to_its_valid_prefix(embedded_cross_pair,
     """After every round the draft's cache holds a prefix of the draft tokenization of the committed text."""
 
     class Checked(CrossTokenizerDrafter):
-        def propose(self, sequence, k, sampling, generator):
+        def propose(self, context, sampling, generator):
+            sequence = context.sequence
             text = decode(self.target_tokenizer, sequence[0].tolist())
             canonical, _ = encode(self.draft_tokenizer, text)
-            draft = super().propose(sequence, k, sampling, generator)
+            draft = super().propose(context, sampling, generator)
             self.checks.append(self._context.ids == canonical)
             return draft
 
-        def accept(self, sequence_length):
-            super().accept(sequence_length)
+        def accept(self, context):
+            super().accept(context)
             held = self.state.ids.tolist()
             assert held == self._context.ids[: len(held)] or self._last is None
 
@@ -313,9 +315,9 @@ class WrongIdSpaceDrafter(CrossVocabularySamplingDrafter):
         self.reported.append(q_draft)
         return q_target
 
-    def propose(self, sequence, k, sampling, generator):
+    def propose(self, context, sampling, generator):
         self.reported = []
-        draft = super().propose(sequence, k, sampling, generator)
+        draft = super().propose(context, sampling, generator)
         if len(draft):
             draft.probs = torch.stack(self.reported)
         return draft
@@ -327,14 +329,15 @@ def test_q_is_over_target_ids_and_zero_outside_the_intersection(tiny_cross):
     target, draft, tok_a, tok_b = tiny_cross
     drafter = CrossVocabularySamplingDrafter(draft, tok_b, tok_a, target_vocab_size=64)
     ids = tok_a("def add(a, b):", return_tensors="pt").input_ids
-    drafter.begin(ids)
-    result = drafter.propose(ids, 3, SamplingConfig(temperature=1.0), torch.Generator().manual_seed(0))
-    assert result.probs.shape == (len(result), 64)
-    assert torch.allclose(result.probs.sum(-1), torch.ones(len(result)))
+    drafter.begin(Context.of(ids))
+    result = drafter.propose(Context.of(ids, 3), SamplingConfig(temperature=1.0), torch.Generator().manual_seed(0))
+    q = result.probs[0]  # [k, V]: the one row's distributions
+    assert q.shape == (len(result), 64)
+    assert torch.allclose(q.sum(-1), torch.ones(len(result)))
     outside = torch.ones(64, dtype=torch.bool)
     outside[drafter.target_ids] = False
-    assert float(result.probs[:, outside].sum()) == 0
-    assert set(result.tokens.tolist()) <= set(drafter.target_ids.tolist())
+    assert float(q[:, outside].sum()) == 0
+    assert set(result.row().tolist()) <= set(drafter.target_ids.tolist())
 
 
 # The chi-square test below must catch a gross end-to-end failure, e.g. a q reported for another position or in

@@ -24,6 +24,7 @@ from helpers import (
     sharpen,
     speculative_samples,
 )
+from specdec_lib.core.drafting import Context
 from specdec_lib import EarlyExitDrafter, autoregressive_generate, speculative_generate
 from specdec_lib.core.errors import ConfigError
 from specdec_lib.core.forward import forward_with_cache
@@ -43,10 +44,11 @@ class CheckedEarlyExit(EarlyExitDrafter):
 
     checks = 0
 
-    def propose(self, sequence, k, sampling, generator):
+    def propose(self, context, sampling, generator):
+        sequence = context.sequence
         assert_cache_is_a_fresh_prefill(self.target, self._cache, sequence[:, :-1])
         CheckedEarlyExit.checks += 1
-        return super().propose(sequence, k, sampling, generator)
+        return super().propose(context, sampling, generator)
 
 
 def assert_cache_is_a_fresh_prefill(target, cache, tokens):
@@ -150,7 +152,7 @@ def test_bad_exit_layers_and_standalone_use_are_explained(tiny_target):
         EarlyExitDrafter(tiny_target)  # the tiny model's config records none
     drafter = EarlyExitDrafter(tiny_target, 1)
     with pytest.raises(ConfigError, match="speculative_generate"):
-        drafter.propose(PROMPT, 2, GREEDY, None)
+        drafter.propose(Context.of(PROMPT, 2), GREEDY, None)
 
 
 def assert_ablation_ran(result: dict) -> None:

@@ -14,7 +14,7 @@ import torch
 
 from helpers import greedy_tokens, hf_greedy
 from specdec_lib import DraftModelDrafter, GenerationResult, speculative_generate
-from specdec_lib.core.forward import context_length
+from specdec_lib.core.validation import context_length
 from specdec_lib.core.vocab import compare_vocabularies
 
 NEW_TOKENS = 20

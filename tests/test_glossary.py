@@ -20,7 +20,8 @@ import torch
 
 import specdec_lib
 from specdec_lib.bench.latency import trace_latency
-from specdec_lib.core.trace import GenerationResult, RoundRecord, Trace, summarize
+from specdec_lib.core.result import GenerationResult, summarize
+from specdec_lib.core.trace import RoundRecord, Trace
 
 COURSE = Path(__file__).resolve().parents[1] / "course"
 GLOSSARY = COURSE / "glossary.md"
@@ -90,7 +91,7 @@ def metric_keys() -> set[str]:
     """The keys of `summarize(result)` and of the benchmarks' per-request latency summary, from a hand-made trace."""
     trace = Trace(start_time=0.0, token_times=[0.1, 0.2, 0.2],
                   rounds=[RoundRecord(0, 0, 1, 0.0, 0.1, 0, "prefill"), RoundRecord(2, 1, 2, 0.01, 0.09, 2, "recovered")])
-    result = GenerationResult(sequence=torch.tensor([[5, 6, 7, 8]]), prompt_length=1, method="hand-made", trace=trace)
+    result = GenerationResult.single(torch.tensor([[5, 6, 7, 8]]), 1, "hand-made", trace)
     return set(summarize(result)) | set(trace_latency([trace]))
 
 
@@ -187,7 +188,7 @@ def test_the_library_lines_cite_something():
 
 
 @pytest.mark.parametrize("name", ["specdec_lib.verify_exact", "specdec_lib.core.trace.RoundRecord.drafted",
-                                  "specdec_lib.core.caches.crop_cache", "verify_greedy", "specdec_lib.core.jacobi"])
+                                  "specdec_lib.core.caches.crop_cache", "verify_greedy", "specdec_lib.drafters.jacobi"])
 def test_resolve_accepts_real_names(name):
     assert resolve(name)
 

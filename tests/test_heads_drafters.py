@@ -32,6 +32,7 @@ from helpers import (
     sharpen,
     speculative_samples,
 )
+from specdec_lib.core.drafting import Context
 from specdec_lib import (EagleDrafter, HeadsDrafter, autoregressive_generate, load_eagle, load_heads, load_prompts,
                          speculative_generate)
 from specdec_lib.drafters import EagleModule, MedusaHeads
@@ -150,9 +151,9 @@ def test_trained_tiny_drafters_are_accepted_and_rejected(tiny_target, tiny_modul
 def test_drafting_without_the_target_hidden_states_is_refused(tiny_target, tiny_modules):
     for kind in KINDS:
         drafter = make_drafter(kind, tiny_modules[kind]["random"], tiny_target)
-        drafter.begin(PROMPT)
+        drafter.begin(Context.of(PROMPT))
         with pytest.raises(ConfigError, match="observe_target"):
-            drafter.propose(PROMPT, 2, GREEDY, None)
+            drafter.propose(Context.of(PROMPT, 2), GREEDY, None)
 
 
 @pytest.mark.parametrize("kind", KINDS)

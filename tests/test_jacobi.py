@@ -13,7 +13,7 @@ import torch
 from helpers import hf_greedy
 from specdec_lib import autoregressive_generate
 from specdec_lib.core.errors import ConfigError
-from specdec_lib.core.jacobi import jacobi_generate
+from specdec_lib import jacobi_generate
 from specdec_lib.core.trace import draft_forwards, target_forwards
 
 PROMPTS = [[0, 5, 17, 42, 3, 8, 61], [7], [2, 9, 30]]

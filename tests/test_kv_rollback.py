@@ -4,7 +4,7 @@ After each round the target's KV cache must equal (allclose) the cache a fresh p
 but the last would build, and the draft model's cache must equal a fresh prefill of what its ``state.ids``
 says it holds (a prefix of the committed sequence). The library's loop is not copied: a drafter subclass
 snapshots both caches in `accept` (called right after the target's rollback), and the target's cache is
-captured by wrapping ``specdec_lib.core.speculative.new_cache``. The fast suite checks each prompt at one gamma (every
+captured by wrapping the round engine's ``CachedRows``. The fast suite checks each prompt at one gamma (every
 gamma once); the rest of the prompt x gamma grid is marked ``slow``.
 """
 
@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import pytest
 import torch
 
+import specdec_lib.core.engine as engine_module
 import specdec_lib.drafters.cached_model as cached_model_module
-import specdec_lib.core.speculative as speculative_module
 from specdec_lib import DraftModelDrafter, autoregressive_generate, speculative_generate
 from specdec_lib.core.forward import forward_with_cache
 from specdec_lib.core.caches import new_cache
@@ -78,25 +78,23 @@ class SnapshotDrafter(DraftModelDrafter):
         self.target_caches = target_caches
         self.snapshots: list[Snapshot] = []
 
-    def accept(self, sequence_length: int) -> None:
-        super().accept(sequence_length)
-        self.snapshots.append(
-            Snapshot(sequence_length, kv(self.target_caches[-1]), kv(self.cache), self.state.ids.clone().view(1, -1))
-        )
+    def accept(self, context) -> None:
+        super().accept(context)
+        held = self.state.ids[:1, : self.state.held[0]].clone()
+        self.snapshots.append(Snapshot(context.lengths[0], kv(self.target_caches[-1]), kv(self.cache), held))
 
 
 @pytest.fixture
 def captured_target_caches(monkeypatch) -> list:
-    """Every cache `speculative_generate` creates for the target, in order."""
+    """Every cache the round engine creates for the target, in order."""
     caches = []
-    real_new_cache = speculative_module.new_cache
 
-    def capturing(model, kind="dynamic", **options):
-        cache = real_new_cache(model, kind, **options)
-        caches.append(cache)
-        return cache
+    class CapturingRows(engine_module.CachedRows):
+        def __init__(self, *args, **options):
+            super().__init__(*args, **options)
+            caches.append(self.cache)
 
-    monkeypatch.setattr(speculative_module, "new_cache", capturing)
+    monkeypatch.setattr(engine_module, "CachedRows", CapturingRows)
     return caches
 
 
@@ -181,9 +179,14 @@ def test_invariant_holds_with_preallocated_caches(target, close_draft, captured_
 # ---- without rollback it breaks, and the check sees it ------------------------------------------------------
 
 def disable_target_rollback(monkeypatch) -> None:
-    """The loop *believes* it cropped the target's cache (its bookkeeping moves on) but the cache keeps the
+    """The loop *believes* it rolled the target's cache back (its bookkeeping moves on) but the cache keeps the
     rejected drafts' keys/values: the next forward places its tokens after them and attends to them."""
-    monkeypatch.setattr(speculative_module, "crop_cache", lambda cache, length: None)
+
+    class ForgetfulRows(engine_module.CachedRows):
+        def truncate(self, keep) -> None:
+            pass
+
+    monkeypatch.setattr(engine_module, "CachedRows", ForgetfulRows)
 
 
 @pytest.mark.parametrize("prompt", PROMPTS)
@@ -204,7 +207,11 @@ def test_without_draft_rollback_check_catches_it_though_greedy_tokens_survive(
     speed suffers), which is exactly why the cache check, not the tokens, must catch this bug."""
     ids = torch.tensor([PROMPTS[0]])
     expected = autoregressive_generate(target, ids, max_new_tokens=16).new_token_list
-    monkeypatch.setattr(cached_model_module, "crop_cache", lambda cache, length: None)
+    def forgetful_crop(self, keep) -> None:  # the bookkeeping moves on, the cache keeps every drafted token
+        self.held = [min(k, held) for k, held in zip(keep, self.held)]
+        self.trusted = [min(t, h) for t, h in zip(self.trusted, self.held)]
+
+    monkeypatch.setattr(cached_model_module.CachedModel, "crop", forgetful_crop)
     result, snapshots = run_with_snapshots(target, close_draft, ids, captured_target_caches, gamma=3, max_new_tokens=16)
     assert result.new_token_list == expected
     violations = rollback_violations(target, close_draft, result.sequence, snapshots)

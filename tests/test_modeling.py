@@ -7,11 +7,8 @@ from transformers import DynamicCache
 from helpers import build_tiny_model
 from specdec_lib.core.errors import ConfigError, ContextOverflowError, InputError
 from specdec_lib.core.caches import cache_length, crop_cache, new_cache
+from specdec_lib.core.validation import check_fits_context, check_generation_inputs, check_input_ids, context_length
 from specdec_lib.core.forward import (
-    check_fits_context,
-    check_generation_inputs,
-    check_input_ids,
-    context_length,
     embed,
     forward_with_cache,
     lm_head_logits,
@@ -121,7 +118,7 @@ def test_logits_to_keep_out_of_range(tiny_llama, prompt_ids):
         ([[1, 2]], r"must be a torch.LongTensor of shape \[1, T\], got list"),
         (torch.tensor([[1.0, 2.0]]), r"dtype torch.long .*got torch.float32\. Use input_ids.long\(\)"),
         (torch.tensor([1, 2]), r"2 dimensions .*got shape \[2\]\. Add the batch dimension"),
-        (torch.tensor([[1, 2], [3, 4]]), r"Only batch size 1 is supported, got a batch of 2"),
+        (torch.tensor([[1, 2], [3, 4]]), r"Only batch size 1 is supported here, got a batch of 2"),
         (torch.zeros(1, 0, dtype=torch.long), r"prompt is empty"),
     ],
 )

@@ -9,7 +9,8 @@ import torch
 
 from specdec_lib import loading as models
 from specdec_lib.core.errors import ConfigError, HubUnavailableError, ModelNotFoundError
-from specdec_lib.loading import ModelPair, data_dir, list_presets, load_embedded, load_model_folder, load_pair
+from specdec_lib.core.pair import ModelPair
+from specdec_lib.loading import data_dir, list_presets, load_embedded, load_model_folder, load_pair
 
 
 @pytest.fixture

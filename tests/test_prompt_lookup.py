@@ -25,9 +25,10 @@ from helpers import (
     speculative_samples,
     tiny_prompts,
 )
+from specdec_lib.core.drafting import Context
 from specdec_lib import PromptLookupDrafter
 from specdec_lib.drafters import Drafter, find_continuation
-from specdec_lib.core.errors import ConfigError, InputError
+from specdec_lib.core.errors import ConfigError
 from specdec_lib.core.sampling import GREEDY
 from specdec_lib.core.stats import bucket_counts, chi_square_gof
 
@@ -81,7 +82,7 @@ def test_no_match_gives_nothing():
     assert find_continuation([1, 2, 3, 4, 5], 4) == []
     assert find_continuation([7], 4) == [] and find_continuation([], 4) == []
     assert find_continuation([1, 2, 1], 0) == []  # k = 0
-    draft = PromptLookupDrafter().propose(torch.tensor([[1, 2, 3, 4, 5]]), 4, GREEDY, None)
+    draft = PromptLookupDrafter().propose(Context.of(torch.tensor([[1, 2, 3, 4, 5]]), 4), GREEDY, None)
     assert len(draft) == 0 and draft.tokens.dtype == torch.long and draft.probs is None and draft.forwards == 0
 
 
@@ -108,16 +109,16 @@ def test_ngram_range_and_k_cap():
     assert find_continuation([1, 2, 3, 1, 2], 3, min_ngram=3) == []  # only the 2-gram recurs
     assert find_continuation(torch.tensor([[3, 2, 5, 1, 2, 9, 1, 2]]), 3) == find_continuation(tokens, 3)
     drafter = PromptLookupDrafter(max_continuation=2)
-    assert drafter.propose(torch.tensor([tokens]), 8, GREEDY, None).tokens.tolist() == [9, 1]
-    assert drafter.propose(torch.tensor([tokens]), 1, GREEDY, None).tokens.tolist() == [9]
+    assert drafter.propose(Context.of(torch.tensor([tokens]), 8), GREEDY, None).row().tolist() == [9, 1]
+    assert drafter.propose(Context.of(torch.tensor([tokens]), 1), GREEDY, None).row().tolist() == [9]
 
 
 def test_a_match_inside_the_generated_text():
     prompt = [10, 11, 12, 13]  # nothing recurs in the prompt
     assert find_continuation(prompt + [20], 4) == []
     generated = [20, 21, 22, 20, 21]  # ... but the generated text repeats itself
-    draft = PromptLookupDrafter().propose(torch.tensor([prompt + generated]), 4, GREEDY, None)
-    assert draft.tokens.tolist() == [22, 20, 21]
+    draft = PromptLookupDrafter().propose(Context.of(torch.tensor([prompt + generated]), 4), GREEDY, None)
+    assert draft.row().tolist() == [22, 20, 21]
 
 
 @pytest.mark.parametrize(
@@ -142,8 +143,14 @@ def test_bad_drafter_arguments_are_refused():
     for cap in (0, -1, 2.0, True):
         with pytest.raises(ConfigError, match="max_continuation"):
             PromptLookupDrafter(max_continuation=cap)
-    with pytest.raises(InputError, match="batch size 1"):
-        PromptLookupDrafter().propose(torch.tensor([[1, 2], [1, 2]]), 2, GREEDY, None)
+
+
+def test_a_batch_gets_each_rows_own_copy_and_rows_may_draft_nothing():
+    rows = torch.tensor([[7, 8, 9, 7, 8], [1, 2, 3, 4, 5]])  # row 0 repeats "7 8", row 1 repeats nothing
+    draft = PromptLookupDrafter().propose(Context(rows, [5, 5], [3, 3]), GREEDY, None)
+    assert draft.lengths == [3, 0] and draft.row(0).tolist() == [9, 7, 8] and draft.row(1).tolist() == []
+    short = PromptLookupDrafter().propose(Context(rows, [4, 5], [3, 0]), GREEDY, None)  # row 0 committed "7 8 9 7"
+    assert short.row(0).tolist() == [8, 9, 7] and short.lengths[1] == 0
 
 
 def test_the_drafter_runs_no_model():

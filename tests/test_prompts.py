@@ -153,7 +153,7 @@ def test_unknown_task(data_dir: Path) -> None:
 
 @pytest.mark.parametrize("limit", [-1, 1.5, True, "3"])
 def test_bad_limit(data_dir: Path, limit: object) -> None:
-    with pytest.raises(ValueError, match="limit must be a non-negative integer"):
+    with pytest.raises(ValueError, match=r"limit \(prompts per set\) must be an integer >= 0"):
         load_prompts("code", limit=limit)  # type: ignore[arg-type]
 
 

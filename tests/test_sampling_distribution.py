@@ -42,6 +42,7 @@ from helpers import (
     speculative_samples,
     target_samples,
 )
+from specdec_lib.core.drafting import Context
 from specdec_lib import DraftModelDrafter, speculative_generate
 from specdec_lib.core.errors import ConfigError
 from specdec_lib.core.sampling import GREEDY, SamplingConfig, logits_to_probs
@@ -390,7 +391,7 @@ def test_a_padded_vocabulary_samples_exactly(sharp_tiny_pair, padded):
     test = chi_square_gof(counts_of(samples, categories), probs)
     assert test.passes(SIGNIFICANCE) and detectable_tv(draws, test.cells) <= 0.23, test
     assert 0.2 < acceptance < 0.95, acceptance
-    drafter.begin(PEAKED_PROMPT, target_vocab_size=target.get_output_embeddings().out_features)
-    draft_out = drafter.propose(PEAKED_PROMPT, 3, sampling, torch.Generator().manual_seed(0))
-    assert draft_out.probs.shape == (3, target.get_output_embeddings().out_features)
-    assert int(draft_out.tokens.max()) < TINY_VOCAB and torch.allclose(draft_out.probs.sum(-1), torch.ones(3))
+    drafter.begin(Context.of(PEAKED_PROMPT), target_vocab_size=target.get_output_embeddings().out_features)
+    draft_out = drafter.propose(Context.of(PEAKED_PROMPT, 3), sampling, torch.Generator().manual_seed(0))
+    assert draft_out.probs.shape == (1, 3, target.get_output_embeddings().out_features)
+    assert int(draft_out.tokens.max()) < TINY_VOCAB and torch.allclose(draft_out.probs.sum(-1), torch.ones(1, 3))

@@ -18,6 +18,7 @@ from helpers import (
     exact_joint,
     speculative_samples,
 )
+from specdec_lib.core.drafting import Context
 from specdec_lib import autoregressive_generate, speculative_generate
 from specdec_lib.drafters import (
     ConfidenceStop,
@@ -26,7 +27,7 @@ from specdec_lib.drafters import (
     HeuristicSchedule,
     PromptLookupDrafter,
 )
-from specdec_lib.drafters.base import Draft, Drafter
+from specdec_lib.core.drafting import Draft, Drafter
 from specdec_lib.core.errors import ConfigError
 from specdec_lib.core.stats import bucket_counts, chi_square_gof
 
@@ -97,27 +98,27 @@ def test_the_default_heuristic_samples_draw_for_draw_like_a_fixed_gamma(sharp_ti
 class FixedDraft(Drafter):
     """Proposes a given number of copies of token 5 (always k when asked for less)."""
 
-    def propose(self, sequence, k, sampling, generator):
-        return Draft(tokens=torch.full((k,), 5, dtype=torch.long))
+    def propose(self, context, sampling, generator):
+        return Draft(tokens=torch.full((context.k,), 5, dtype=torch.long))
 
 
 def test_the_heuristic_adds_two_after_a_full_accept_and_drops_one_after_a_rejection():
     schedule = HeuristicSchedule(FixedDraft(), initial=3)
-    schedule.begin(PROMPT)
+    schedule.begin(Context.of(PROMPT))
     sequence = torch.zeros(1, 10, dtype=torch.long)
-    assert len(schedule.propose(sequence, 8, SETTINGS["T=1.0"], None)) == 3
-    schedule.accept(10 + 3 + 1)  # all 3 accepted, plus the bonus
+    assert len(schedule.propose(Context.of(sequence, 8), SETTINGS["T=1.0"], None)) == 3
+    schedule.accept(Context.of(torch.zeros(1, 10 + 3 + 1, dtype=torch.long)))  # all 3 accepted, plus the bonus
     assert schedule.length == 5
-    assert len(schedule.propose(torch.zeros(1, 14, dtype=torch.long), 8, SETTINGS["T=1.0"], None)) == 5
-    schedule.accept(14 + 2 + 1)  # 2 of 5 accepted
+    assert len(schedule.propose(Context.of(torch.zeros(1, 14, dtype=torch.long), 8), SETTINGS["T=1.0"], None)) == 5
+    schedule.accept(Context.of(torch.zeros(1, 14 + 2 + 1, dtype=torch.long)))  # 2 of 5 accepted
     assert schedule.length == 4
     for _ in range(6):  # never below 1
         sequence = torch.zeros(1, 20, dtype=torch.long)
-        schedule.propose(sequence, 8, SETTINGS["T=1.0"], None)
-        schedule.accept(21)
+        schedule.propose(Context.of(sequence, 8), SETTINGS["T=1.0"], None)
+        schedule.accept(Context.of(torch.zeros(1, 21, dtype=torch.long)))
     assert schedule.length == 1
     assert schedule.lengths[:2] == [3, 5]
-    schedule.begin(PROMPT)  # a new generation starts over
+    schedule.begin(Context.of(PROMPT))  # a new generation starts over
     assert schedule.length == 3 and schedule.lengths == []
 
 

@@ -13,10 +13,10 @@ import torch
 
 from helpers import hf_greedy
 from specdec_lib import Draft, Drafter, DraftModelDrafter, speculative_generate
-from specdec_lib.core.baseline import autoregressive_generate
+from specdec_lib import autoregressive_generate
 from specdec_lib.core.errors import ConfigError, InputError
 from specdec_lib.core.sampling import SamplingConfig
-from specdec_lib.core.speculative import check_same_device
+from specdec_lib.core.validation import check_same_device
 from specdec_lib.core.trace import (
     RoundRecord,
     Trace,
@@ -213,7 +213,8 @@ class OracleDrafter(Drafter):
     def __init__(self, prompt_length, continuation, wrong_at):
         self.prompt_length, self.continuation, self.wrong_at = prompt_length, continuation, wrong_at
 
-    def propose(self, sequence, k, sampling, generator):
+    def propose(self, context, sampling, generator):
+        sequence, k = context.sequence, context.k
         start = sequence.shape[1] - self.prompt_length
         block = self.continuation[start : start + k]
         tokens = [t if start + i < self.wrong_at else (t + 1) % 64 for i, t in enumerate(block)]
@@ -272,7 +273,8 @@ def test_mismatched_devices_are_explained(tiny_llama):
 
 def test_drafts_outside_the_target_vocabulary_are_explained(tiny_llama):
     class OutOfRange(Drafter):
-        def propose(self, sequence, k, sampling, generator):
+        def propose(self, context, sampling, generator):
+            k = context.k
             return Draft(torch.tensor([99] * k))
 
     with pytest.raises(ConfigError, match="token id 99"):
@@ -281,10 +283,11 @@ def test_drafts_outside_the_target_vocabulary_are_explained(tiny_llama):
 
 def test_a_drafter_proposing_too_much_is_explained(tiny_llama):
     class Greedy(Drafter):
-        def propose(self, sequence, k, sampling, generator):
+        def propose(self, context, sampling, generator):
+            k = context.k
             return Draft(torch.tensor([5] * (k + 1)))
 
-    with pytest.raises(ConfigError, match="at most k"):
+    with pytest.raises(ConfigError, match=r"asked for at most \[2\]"):
         speculative_generate(tiny_llama, Greedy(), torch.tensor([[3]]), gamma=2, max_new_tokens=4)
 
 
@@ -292,7 +295,7 @@ def test_a_drafter_claiming_both_target_capabilities_is_refused(tiny_llama):
     class Both(Drafter):
         wants_target_hidden = shares_target_cache = True
 
-        def propose(self, sequence, k, sampling, generator):
+        def propose(self, context, sampling, generator):
             return Draft.empty()
 
     with pytest.raises(ConfigError, match="both wants_target_hidden and shares_target_cache"):
@@ -303,7 +306,7 @@ def test_a_capability_without_its_method_is_explained(tiny_llama):
     class ForgetsToObserve(Drafter):
         wants_target_hidden = True
 
-        def propose(self, sequence, k, sampling, generator):
+        def propose(self, context, sampling, generator):
             return Draft.empty()
 
     with pytest.raises(NotImplementedError, match="no observe_target"):
@@ -369,19 +372,19 @@ def test_rounds_record_which_token_the_target_added(tiny_llama, drafts):
 def test_one_timing_wait_per_round_and_the_id_check_only_for_untrusted_drafters(tiny_llama, monkeypatch):
     """On a GPU every wait for the device stalls the pipeline: the loop waits once per round for timing (before
     the verification forward), and checks draft ids only for drafters that cannot vouch for them."""
-    import specdec_lib.core.speculative as speculative_module
-    import specdec_lib.core.trace as trace_module
+    import specdec_lib.core.recording as recording_module
+    import specdec_lib.core.run as run_module
     from specdec_lib.drafters import DraftModelDrafter
 
     waits, checks = [], []
-    monkeypatch.setattr(trace_module, "synchronize", lambda device: waits.append(device))
-    real_check = speculative_module._check_draft_ids
-    monkeypatch.setattr(speculative_module, "_check_draft_ids", lambda *a: checks.append(1) or real_check(*a))
+    monkeypatch.setattr(recording_module, "synchronize", lambda device: waits.append(device))
+    real_check = run_module.check_draft_ids
+    monkeypatch.setattr(run_module, "check_draft_ids", lambda *a: checks.append(1) or real_check(*a))
     prompt = torch.tensor([[0, 5, 17, 42, 3]])
     result = speculative_generate(tiny_llama, DraftModelDrafter(tiny_llama), prompt, gamma=3, max_new_tokens=20)
     rounds = len(result.trace.rounds) - 1  # verification rounds (the prefill is round 0)
     assert rounds > 1
-    assert len(waits) == rounds + 3  # one per round, plus the start, the drafter's begin and the prefill
+    assert len(waits) == rounds + 2  # one per round, plus the start and the prefill
     assert checks == []  # a draft model's ids are the target's by construction
 
     class Untrusted(DraftModelDrafter):

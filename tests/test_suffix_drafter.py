@@ -22,6 +22,7 @@ from helpers import (
     speculative_samples,
     tiny_prompts,
 )
+from specdec_lib.core.drafting import Context
 from specdec_lib import SuffixDrafter, autoregressive_generate, speculative_generate
 from specdec_lib.drafters import Drafter, SuffixTree
 from specdec_lib.core.errors import ConfigError, InputError
@@ -43,8 +44,8 @@ def counts_from_scratch(sequences: list[list[int]], max_depth: int) -> dict[tupl
 def draft(drafter: SuffixDrafter, tokens: list[int], k: int = 8) -> list[int]:
     """What ``drafter`` proposes for ``tokens`` as a fresh generation's first round."""
     sequence = torch.tensor([tokens])
-    drafter.begin(sequence)
-    return drafter.propose(sequence, k, GREEDY, None).tokens.tolist()
+    drafter.begin(Context.of(sequence))
+    return drafter.propose(Context.of(sequence, k), GREEDY, None).row().tolist()
 
 
 # ---------------------------------------------------------------- the tree
@@ -77,9 +78,9 @@ def test_incremental_updates_equal_a_tree_built_from_scratch():
         tokens = [rng.randrange(6) for _ in range(120)]
         drafter = SuffixDrafter(max_depth=5)
         length = 7
-        drafter.begin(torch.tensor([tokens[:length]]))
+        drafter.begin(Context.of(torch.tensor([tokens[:length]])))
         while length <= len(tokens):
-            drafter.propose(torch.tensor([tokens[:length]]), 4, GREEDY, None)
+            drafter.propose(Context.of(torch.tensor([tokens[:length]]), 4), GREEDY, None)
             drafter.accept(length)
             fresh = SuffixTree(5)
             fresh.add_sequence(tokens[:length])
@@ -138,7 +139,7 @@ def test_history_helps_a_repeated_request_and_begin_keeps_it(tiny_llama, prompt_
         drafter.remember(result.new_tokens)
     assert accepted[1] > accepted[0] + 10  # the second request is drafted from the first one's answer
     history = drafter.history_tree.paths()
-    drafter.begin(torch.tensor([[3, 4]]))
+    drafter.begin(Context.of(torch.tensor([[3, 4]])))
     assert drafter.request_tree.paths() == {} and drafter.history_tree.paths() == history
     remembered = SuffixTree(24)
     remembered.add_sequence(expected)
@@ -178,12 +179,12 @@ def test_bad_settings_are_refused(options, message):
 
 def test_bad_calls_are_refused():
     drafter = SuffixDrafter()
-    drafter.begin(torch.tensor([[1, 2, 3]]))
-    drafter.propose(torch.tensor([[1, 2, 3, 4]]), 2, GREEDY, None)
+    drafter.begin(Context.of(torch.tensor([[1, 2, 3]])))
+    drafter.propose(Context.of(torch.tensor([[1, 2, 3, 4]]), 2), GREEDY, None)
     with pytest.raises(InputError, match="only grows"):
-        drafter.propose(torch.tensor([[1, 2, 3]]), 2, GREEDY, None)
-    with pytest.raises(InputError, match="batch size 1"):
-        drafter.propose(torch.tensor([[1, 2], [1, 2]]), 2, GREEDY, None)
+        drafter.propose(Context.of(torch.tensor([[1, 2, 3]]), 2), GREEDY, None)
+    with pytest.raises(ConfigError, match="batch of one"):
+        drafter.propose(Context(torch.tensor([[1, 2], [1, 2]]), [2, 2], [2, 2]), GREEDY, None)
     assert drafter.name == "suffix" and drafter.device is None and isinstance(drafter, Drafter)
 
 

@@ -4,8 +4,9 @@ import pytest
 import torch
 
 from specdec_lib.core.errors import ConfigError
+from specdec_lib.core.recording import Recorder
+from specdec_lib.core.result import GenerationResult, summarize
 from specdec_lib.core.trace import (
-    GenerationResult,
     RoundRecord,
     Trace,
     acceptance_rate,
@@ -15,7 +16,6 @@ from specdec_lib.core.trace import (
     mean_acceptance_length,
     per_position_acceptance,
     per_token_acceptance,
-    summarize,
     target_forwards,
     time_to_first_token,
     tokens_per_second,
@@ -102,18 +102,15 @@ def test_latency_percentiles_out_of_range():
         latency_percentiles([1.0], (150,))
 
 
-def test_trace_clock_runs_forward():
-    trace = Trace.start("cpu")
-    assert 0 <= trace.elapsed("cpu") <= trace.elapsed("cpu")
+def test_the_recorders_clock_runs_forward():
+    recorder = Recorder(torch.device("cpu"), batch=2)
+    assert 0 <= recorder.now() <= recorder.now(wait=True)
+    assert len(recorder.traces) == 2 and all(trace.start_time == recorder.start for trace in recorder.traces)
 
 
 def test_generation_result_and_summary():
-    result = GenerationResult(
-        sequence=torch.tensor([[5, 6, 7, 1, 2, 3, 4, 5, 6, 7]]),
-        prompt_length=3,
-        method="speculative",
-        trace=speculative_trace(),
-    )
+    result = GenerationResult.single(torch.tensor([[5, 6, 7, 1, 2, 3, 4, 5, 6, 7]]), 3, "speculative",
+                                     speculative_trace())
     assert torch.equal(result.new_tokens, torch.tensor([1, 2, 3, 4, 5, 6, 7]))
     assert result.new_token_list == [1, 2, 3, 4, 5, 6, 7]
     summary = summarize(result)
@@ -130,3 +127,19 @@ def test_generation_result_and_summary():
     assert summary["draft_time_s"] == pytest.approx(0.04)
     assert summary["verify_time_s"] == pytest.approx(0.16)
     assert summary["prefill_time_s"] == 0.1
+
+
+def test_a_result_of_several_rows_reads_per_row_and_refuses_the_one_row_fields():
+    first = Trace(start_time=0.0, token_times=[0.5, 1.0, 1.0], rounds=[RoundRecord(0, 0, 1, 0.0, 0.5, 0, "prefill"),
+                                                                      RoundRecord(2, 1, 2, 0.1, 0.4, 2, "recovered")])
+    second = Trace(start_time=0.0, token_times=[0.5, 2.0], rounds=[RoundRecord(0, 0, 1, 0.0, 0.5, 0, "prefill"),
+                                                                  RoundRecord(0, 0, 1, 0.1, 0.4, 0, "target")])
+    result = GenerationResult([torch.tensor([[9, 1, 2, 3]]), torch.tensor([[9, 9, 4, 5]])], [1, 2], "batched",
+                              [first, second])
+    assert result.batch == 2 and result.tokens == [[1, 2, 3], [4, 5]]
+    assert result.wall_time == 2.0 and result.tokens_per_second == pytest.approx(5 / 2.0)
+    assert result.time_to_first_token() == [0.5, 0.5] and result.inter_token_latencies() == [[0.5], [1.5]]
+    assert result.accepted == [1, 0] and result.drafted == [2, 0] and result.rounds == [1, 1]
+    assert result.acceptance_rate() == [0.5, None]
+    with pytest.raises(ConfigError, match="holds 2 rows"):
+        result.new_token_list

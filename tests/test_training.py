@@ -8,7 +8,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from specdec_lib.loading import load_model_folder
 from specdec_lib.core.paths import EMBEDDED_MODEL_NAMES, REPO_DATA_DIR
-from specdec_lib.core.baseline import autoregressive_generate
+from specdec_lib import autoregressive_generate
 from specdec_lib.training.cli import QUICK, train_family
 from specdec_lib.training.cli import main as train_main
 from specdec_lib.training.drafts import ship_drafts, shipped_corpus

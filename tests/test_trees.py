@@ -27,13 +27,13 @@ from helpers import (
     transition_p_values,
 )
 from specdec_lib import DraftModelDrafter, autoregressive_generate, speculative_generate
-from specdec_lib.drafters.tree import DraftModelTreeDrafter
+
 from specdec_lib.core.errors import ConfigError
 from specdec_lib.core.caches import cache_length, compact_cache, new_cache
 from specdec_lib.core.forward import forward_with_cache
 from specdec_lib.core.sampling import sample_token
 from specdec_lib.core.stats import bucket_counts, chi_square_gof, total_variation
-from specdec_lib.core.tree_speculative import tree_speculative_generate
+from specdec_lib import tree_speculative_generate
 from specdec_lib.core.trees import (
     TreeShape,
     TreeVerdict,
@@ -297,7 +297,7 @@ def test_the_same_test_catches_a_recovered_token_drawn_from_p():
 @pytest.fixture(scope="module")
 def tree_drafter(sharp_tiny_pair):
     """A tree drafter on the sharpened target's first layer (it agrees with the target often, not always)."""
-    return DraftModelTreeDrafter(sharp_tiny_pair[1])
+    return DraftModelDrafter(sharp_tiny_pair[1])  # the one draft-model drafter, drafting trees
 
 
 def assert_greedy_tree_decoding_is_the_targets(target, tree_drafter, branching, max_new) -> None:

@@ -16,7 +16,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 from specdec_lib import DraftModelDrafter, speculative_generate  # noqa: E402
 from specdec_lib.core.errors import ConfigError  # noqa: E402
 from specdec_lib.core.theory import expected_tokens_per_round  # noqa: E402
-from specdec_lib.core.trace import GenerationResult, RoundRecord, Trace  # noqa: E402
+from specdec_lib.core.result import GenerationResult  # noqa: E402
+from specdec_lib.core.trace import RoundRecord, Trace  # noqa: E402
 from specdec_lib.teaching.viz import (  # noqa: E402
     STEPPER_NOTE,
     STYLES,
@@ -127,7 +128,7 @@ def test_rounds_upto_shows_exactly_n_rounds(n):
 
 @pytest.mark.parametrize("n", [-1, 4, 1.0, True])
 def test_rounds_upto_refuses_a_bad_n(n):
-    with pytest.raises(ConfigError, match="between 0 and the number of rounds"):
+    with pytest.raises(ConfigError, match="must be an integer between 0 and 3, got"):
         rounds_upto_html(VIEWS, TOKENIZER, n)
 
 
@@ -187,15 +188,15 @@ def hand_made_result():
     """Prompt [5, 6]; prefill emits 1; a round drafts [2, 3, 4] and accepts 1 (+ recovered 7); a round drafts
     [8, 9] and accepts both (+ bonus 1)."""
     trace = Trace(start_time=0.0)
-    for record in (RoundRecord(0, 0, 1, 0, 0, 0, "prefill"), RoundRecord(3, 1, 2, 0, 0, 3, "recovered"),
-                   RoundRecord(2, 2, 3, 0, 0, 2, "bonus")):
+    for record in (RoundRecord(0, 0, 1, 0, 0, 0, "prefill"), RoundRecord(3, 1, 2, 0, 0, 3, "recovered", (2, 3, 4)),
+                   RoundRecord(2, 2, 3, 0, 0, 2, "bonus", (8, 9))):
         trace.add_round(record, 0.0)
     sequence = torch.tensor([[5, 6, 1, 2, 7, 8, 9, 1]])
-    return GenerationResult(sequence=sequence, prompt_length=2, method="speculative[test]", trace=trace)
+    return GenerationResult.single(sequence, 2, "speculative[test]", trace)
 
 
 def test_views_from_run_pairs_drafts_with_the_trace():
-    views = views_from_run(hand_made_result(), {3: [2, 3, 4], 5: [8, 9]})
+    views = views_from_run(hand_made_result())
     assert views == [RoundView((), 0, 1, "prefill"), RoundView((2, 3, 4), 1, 7, "recovered"),
                      RoundView((8, 9), 2, 1, "bonus")]
 
@@ -204,22 +205,25 @@ def test_views_take_their_kind_from_the_trace():
     result = hand_made_result()
     result.trace.rounds[1].kind = "bonus"  # a trace that contradicts its own counts is refused, not re-derived
     with pytest.raises(ConfigError, match="'bonus' round cannot have 1 of 3"):
-        views_from_run(result, {3: [2, 3, 4], 5: [8, 9]})
+        views_from_run(result)
 
 
-def test_views_from_run_refuses_foreign_proposals():
+def test_views_from_run_refuses_a_trace_that_contradicts_itself_or_the_sequence():
+    result = hand_made_result()
+    result.trace.rounds[1].draft_tokens = (2, 3)
     with pytest.raises(ConfigError, match="drafted 3 tokens"):
-        views_from_run(hand_made_result(), {3: [2, 3], 5: [8, 9]})
+        views_from_run(result)
+    result.trace.rounds[1].draft_tokens = (4, 3, 4)
     with pytest.raises(ConfigError, match="not the committed tokens"):
-        views_from_run(hand_made_result(), {3: [4, 3, 4], 5: [8, 9]})
+        views_from_run(result)
 
 
 def test_views_from_run_after_an_accepted_eos():
     trace = Trace(start_time=0.0)
-    for record in (RoundRecord(0, 0, 1, 0, 0, 0, "prefill"), RoundRecord(3, 3, 2, 0, 0, 3, "bonus")):
+    for record in (RoundRecord(0, 0, 1, 0, 0, 0, "prefill"), RoundRecord(3, 3, 2, 0, 0, 3, "bonus", (4, 1, 6))):
         trace.add_round(record, 0.0)  # drafts [4, EOS, 6], all accepted; generation stops after the EOS
-    result = GenerationResult(sequence=torch.tensor([[5, 3, 4, 1]]), prompt_length=1, method="t", trace=trace)
-    views = views_from_run(result, {2: [4, 1, 6]})
+    result = GenerationResult.single(torch.tensor([[5, 3, 4, 1]]), 1, "t", trace)
+    views = views_from_run(result)
     assert views[1] == RoundView((4, 1, 6), 3, None, "bonus")
 
 

@@ -19,9 +19,9 @@ import torch
 
 from ..drafters import DraftModelDrafter
 from ..core.errors import ConfigError
-from ..loading import ModelPair
+from ..core.pair import ModelPair
 from ..core.sampling import GREEDY, SamplingConfig
-from ..core.speculative import check_gamma
+from ..core.validation import check_gamma
 from .hf import HFAssisted, HFAssistedCross, HFGenerate, assistant_config, hf_sampling_kwargs
 from .methods import (
     BASELINE,

@@ -32,11 +32,13 @@ from pathlib import Path
 
 import torch
 
-from ..core.batched_speculative import batched_speculative_generate
-from ..core.batching import BatchedResult, batched_autoregressive_generate
+from ..decoders import batched_speculative_generate
+from ..core.result import GenerationResult
+from ..decoders import batched_autoregressive_generate
 from ..core.devices import torch_threads
 from ..core.memory import kv_cache_bytes_at, weight_bytes
-from ..loading import ModelPair, load_pair
+from ..core.pair import ModelPair
+from ..loading import load_pair
 from ..prompts import TASKS, load_prompts
 from ..training.measure import encode_prompts
 from .captions import describe_machine, machine_summary
@@ -48,7 +50,7 @@ from .results_table import json_blocks
 BATCH_SIZES = (1, 2, 4, 8, 16)
 BASELINE = "batched-autoregressive"
 
-Generate = Callable[[Sequence[torch.Tensor]], BatchedResult]
+Generate = Callable[[Sequence[torch.Tensor]], GenerationResult]
 
 
 def batch_methods(pair: ModelPair, gamma: int, max_new_tokens: int, lookup_gamma: int) -> dict[str, Generate]:
@@ -65,7 +67,7 @@ def batch_methods(pair: ModelPair, gamma: int, max_new_tokens: int, lookup_gamma
     }
 
 
-def memory_bytes(pair: ModelPair, method: str, prompts: Sequence[torch.Tensor], result: BatchedResult) -> dict:
+def memory_bytes(pair: ModelPair, method: str, prompts: Sequence[torch.Tensor], result: GenerationResult) -> dict:
     """Weights plus KV caches at each row's final length (the target's; the draft model's when it drafts)."""
     positions = sum(p.shape[-1] + len(tokens) for p, tokens in zip(prompts, result.tokens))
     uses_draft = "draft-model" in method
@@ -74,7 +76,7 @@ def memory_bytes(pair: ModelPair, method: str, prompts: Sequence[torch.Tensor], 
     return {"weights": weights, "kv": kv, "total": weights + kv}
 
 
-def _row(method: str, batch: int, results: list[BatchedResult], baseline: list[BatchedResult],
+def _row(method: str, batch: int, results: list[GenerationResult], baseline: list[GenerationResult],
          reference: list[list[int]], memory: dict) -> dict:
     speedups = [r.tokens_per_second / b.tokens_per_second for r, b in zip(results, baseline)]
     first = results[0]
@@ -103,7 +105,7 @@ def measure_batches(pair: ModelPair, prompts: Sequence[torch.Tensor], batch_size
                leave=False)
     for batch in batch_sizes:
         chosen = list(prompts[:batch])
-        runs: dict[str, list[BatchedResult]] = {name: [] for name in methods}
+        runs: dict[str, list[GenerationResult]] = {name: [] for name in methods}
         bar.set_description(f"batch {batch}")
         for name, generate in methods.items():
             generate(chosen)  # warm-up

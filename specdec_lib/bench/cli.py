@@ -38,7 +38,7 @@ import transformers
 
 from ..core.devices import describe_device, get_device
 from ..core.errors import ConfigError, ContextOverflowError, SpecdecError
-from ..core.forward import check_fits_context
+from ..core.validation import check_fits_context
 from ..loading import PRESETS, ModelPair, load_preset_model
 from ..prompts import TASKS
 from ..core.sampling import SamplingConfig

@@ -36,10 +36,11 @@ from pathlib import Path
 import torch
 
 from ..drafters import CrossTokenizerDrafter, DraftModelDrafter, EarlyExitDrafter, PromptLookupDrafter, SuffixDrafter
-from ..drafters.base import Drafter
+from ..core.drafting import Drafter
 from ..drafters.eagle import load_eagle
 from ..drafters.heads import load_heads
-from ..loading import ModelPair, load_pair
+from ..core.pair import ModelPair
+from ..loading import load_pair
 from ..prompts import TASKS, load_prompts
 from ..core.trace import mean_acceptance_length
 from ..training.measure import encode_prompts

@@ -18,10 +18,10 @@ import torch
 from transformers import PreTrainedModel
 
 from ..core.errors import ConfigError
-from ..loading import ModelPair
+from ..core.pair import ModelPair
 from ..core.sampling import SamplingConfig
-from ..core.speculative import check_gamma
-from ..core.trace import GenerationResult
+from ..core.validation import check_gamma
+from ..core.result import GenerationResult
 from .methods import (
     HF_ASSISTED,
     HF_ASSISTED_CROSS,

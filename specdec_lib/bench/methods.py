@@ -43,15 +43,16 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
-from ..core.baseline import autoregressive_generate
+from ..decoders import autoregressive_generate
 from ..drafters import CrossTokenizerDrafter, CrossVocabularySamplingDrafter
-from ..drafters.base import Drafter
+from ..core.drafting import Drafter
 from ..core.errors import ConfigError
 from ..core.forward import forward_keywords, unwrap_compiled
-from ..loading import ModelPair
+from ..core.pair import ModelPair
 from ..core.sampling import GREEDY, SamplingConfig
-from ..core.speculative import check_gamma, speculative_generate
-from ..core.trace import GenerationResult
+from ..core.validation import check_gamma
+from ..decoders import speculative_generate
+from ..core.result import GenerationResult
 
 BASELINE = "autoregressive"
 SPECULATIVE = "speculative"

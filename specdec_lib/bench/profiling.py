@@ -26,7 +26,7 @@ from contextlib import contextmanager
 import torch
 
 from ..core.devices import synchronize
-from ..drafters.base import Draft, Drafter, WrappedDrafter
+from ..core.drafting import Context, Draft, Drafter, WrappedDrafter
 from ..core.sampling import SamplingConfig
 from .methods import Method, Speculative
 from .protocol import timed_run
@@ -103,21 +103,19 @@ class TimedDrafter(WrappedDrafter):
         self.propose_seconds = self.accept_seconds = 0.0
         self.proposals = 0
 
-    def propose(
-        self, sequence: torch.Tensor, k: int, sampling: SamplingConfig, generator: torch.Generator | None
-    ) -> Draft:
+    def propose(self, context: Context, sampling: SamplingConfig, generator: torch.Generator | None) -> Draft:
         synchronize(self.sync_device)
         start = time.perf_counter()
-        draft = self.inner.propose(sequence, k, sampling, generator)
+        draft = self.inner.propose(context, sampling, generator)
         synchronize(self.sync_device)
         self.propose_seconds += time.perf_counter() - start
         self.proposals += 1
         return draft
 
-    def accept(self, sequence_length: int) -> None:
+    def accept(self, context: Context) -> None:
         synchronize(self.sync_device)
         start = time.perf_counter()
-        self.inner.accept(sequence_length)
+        self.inner.accept(context)
         synchronize(self.sync_device)
         self.accept_seconds += time.perf_counter() - start
 

@@ -32,8 +32,9 @@ import torch
 
 from ..core.devices import synchronize
 from ..core.errors import ConfigError
+from ..core.validation import check_count, is_whole
 from ..core.sampling import GREEDY, SamplingConfig
-from ..core.trace import GenerationResult
+from ..core.result import GenerationResult
 from .methods import Method
 
 
@@ -120,8 +121,7 @@ def measure(
 
     if not methods:
         raise ConfigError("No methods to benchmark.")
-    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
-        raise ConfigError(f"repeats must be an integer >= 1, got {repeats!r}.")
+    check_count("repeats", repeats, minimum=1)
     if not prompts:
         raise ConfigError("No prompts to benchmark: give at least one.")
     methods = list(methods)
@@ -130,7 +130,7 @@ def measure(
         raise ConfigError(f"Two methods share a name: {keys}.")
     if not isinstance(sampling, SamplingConfig):
         raise ConfigError(f"sampling must be a SamplingConfig, got {type(sampling).__name__}.")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+    if seed is not None and not is_whole(seed):
         raise ConfigError(f"seed must be an integer or None, got {seed!r}.")
     device = torch.device(device)
     count_models = count_models or {}

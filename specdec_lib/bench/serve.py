@@ -28,18 +28,17 @@ What ``transformers serve`` (5.24) does, read in ``transformers/cli/serve.py`` a
   ignored); the target's own generation config is greedy too.
 - **Concurrency**: by default every request runs ``model.generate`` on one inference thread per model, one
   after the other: concurrent requests *queue* (TTFT grows with concurrency, throughput does not).
-  ``--continuous-batching`` batches them (paged attention); on this 2-core CPU it measured about 0.3 s per token,
-  far slower than sequential, and it ignores prompt lookup (one token per chunk, no speed-up).
+  ``--continuous-batching`` batches them (paged attention); on a small CPU it is far slower than sequential, and
+  it ignores prompt lookup (one token per chunk, no speed-up).
 - **Prompt lookup through the request: honoured** (sequential path). The body field ``generation_config`` is a
   JSON string; the handler builds the request's ``GenerationConfig`` from it (``_build_generation_config``, then
   ``max_tokens`` sets ``max_new_tokens``), and ``generate`` fills the unset fields from the model's config (EOS
   kept). With ``{"prompt_lookup_num_tokens": 4}`` ``generate`` runs assisted decoding with the prompt-lookup
-  candidate generator. Evidence, on a grounded prompt, 64 tokens: (1) the stream had 26 chunks instead of 64,
-  several tokens each (" def __init", " self.sock = self.sock\\n"): assisted decoding puts the accepted tokens
-  of a round at once (``streamer.put(valid_tokens)``); (2) the text was identical to plain greedy; (3) 0.92 s
-  against 1.86 s. The table's ``tok/chunk`` (above 1) and ``identical`` columns repeat this check on every run.
-  Caveat: the server counts ``usage.completion_tokens`` as ``streamer.put`` calls, so under prompt lookup it
-  reports rounds (26), not tokens, and ``finish_reason`` says "stop" where it hit the length limit; tokens are
+  candidate generator. How to tell it is honoured: the stream has fewer chunks than tokens, several tokens each
+  (assisted decoding puts the accepted tokens of a round at once, ``streamer.put(valid_tokens)``), and the text is
+  identical to plain greedy; the table's ``tok/chunk`` (above 1) and ``identical`` columns check both on every
+  run. Caveat: the server counts ``usage.completion_tokens`` as ``streamer.put`` calls, so under prompt lookup it
+  reports rounds, not tokens, and ``finish_reason`` says "stop" where it hit the length limit; tokens are
   therefore counted here by re-encoding the text (`token_counter`).
 
 Exit codes: 0 done; 1 the serve extra is missing, the model folder or prompts are missing, or the server failed;

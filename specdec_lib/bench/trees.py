@@ -18,13 +18,12 @@ from pathlib import Path
 import torch
 
 from ..drafters import DraftModelDrafter
-from ..drafters.tree import DraftModelTreeDrafter
 from ..core.errors import SpecdecError
 from ..loading import load_pair
 from ..prompts import TASKS, load_prompts
-from ..core.trace import GenerationResult
+from ..core.result import GenerationResult
 from ..training.measure import encode_prompts, interleaved_forward_costs
-from ..core.tree_speculative import tree_speculative_generate
+from ..decoders import tree_speculative_generate
 from ..core.trees import TreeShape
 from .cli import machine_info, write_json
 from .methods import Autoregressive, GenerationSpec, Method, Speculative, resolve_eos
@@ -39,7 +38,7 @@ class TreeSpeculative(Method):
 
     name, source = "tree", "trace"
 
-    def __init__(self, target, drafter: DraftModelTreeDrafter, shape: TreeShape, spec: GenerationSpec) -> None:
+    def __init__(self, target, drafter: DraftModelDrafter, shape: TreeShape, spec: GenerationSpec) -> None:
         self.target, self.drafter, self.shape, self.spec = target, drafter, shape, spec
 
     @property
@@ -70,7 +69,7 @@ def tree_rows(pair, prompt_ids: Sequence[torch.Tensor], shapes: Sequence[TreeSha
               repeats: int, progress: bool = True) -> list[dict]:
     """Measure the baseline, one chain per tree depth and every shape; one dict per row (module docstring)."""
     spec = GenerationSpec(max_new_tokens, resolve_eos(pair))
-    chain_drafter, tree_drafter = DraftModelDrafter.for_pair(pair), DraftModelTreeDrafter.for_pair(pair)
+    chain_drafter = tree_drafter = DraftModelDrafter.for_pair(pair)  # one drafter, whatever shape it drafts
     depths = sorted({shape.depth for shape in shapes})
     methods: list[Method] = [Autoregressive(pair.target, spec)]
     methods += [Speculative(pair.target, chain_drafter, depth, spec) for depth in depths]

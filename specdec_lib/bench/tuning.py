@@ -35,7 +35,8 @@ import torch
 
 from ..core.devices import torch_threads
 from ..drafters import ConfidenceStop, CostAwareStop, DraftModelDrafter, HeuristicSchedule, PromptLookupDrafter
-from ..loading import ModelPair, load_pair
+from ..core.pair import ModelPair
+from ..loading import load_pair
 from ..prompts import TASKS
 from ..training.measure import interleaved_forward_costs
 from .captions import describe_machine, format_value, machine_summary

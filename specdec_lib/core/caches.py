@@ -38,7 +38,7 @@ from transformers import DynamicCache, PreTrainedModel
 from transformers.cache_utils import Cache, DynamicLayer
 
 from .errors import ConfigError, ContextOverflowError
-from .forward import context_length
+from .validation import context_length
 
 CACHE_KINDS = ("dynamic", "preallocated")
 
@@ -138,8 +138,8 @@ def compact_cache(cache: Cache, keep_from: int, keep: torch.Tensor) -> None:
     ``keep: LongTensor[n]``, positions >= ``keep_from``, increasing (a path's nodes, in order). Afterwards the
     cache holds ``keep_from + n`` tokens: entry ``keep_from + j`` is the old entry ``keep[j]``. Keys carry their
     rotary position from the forward that wrote them, so a node kept at its tree depth's position is where its
-    own chain would have put it. Refuses sliding-window and uncroppable layers (their stored rows are not
-    positions).
+    own chain would have put it. Only the kept entries move (O(n) per layer, whatever the cache holds). Refuses
+    sliding-window and uncroppable layers (their stored rows are not positions).
     """
     current = cache_length(cache)
     keep = keep.to(torch.long).flatten().cpu()
@@ -156,10 +156,12 @@ def compact_cache(cache: Cache, keep_from: int, keep: torch.Tensor) -> None:
     for layer in cache.layers:
         if isinstance(layer, PreallocatedLayer):
             layer.compact(keep_from, keep)
-        else:
-            index = torch.cat([torch.arange(keep_from), keep]).to(layer.keys.device)
-            layer.keys = layer.keys.index_select(-2, index)
-            layer.values = layer.values.index_select(-2, index)
+        else:  # move only the kept entries into place, then cut the tail: O(kept), whatever the cache holds
+            index = keep.to(layer.keys.device)
+            end = keep_from + index.numel()
+            layer.keys[..., keep_from:end, :] = layer.keys.index_select(-2, index)
+            layer.values[..., keep_from:end, :] = layer.values.index_select(-2, index)
+            layer.keys, layer.values = layer.keys[..., :end, :], layer.values[..., :end, :]
 
 
 class PreallocatedLayer(DynamicLayer):
@@ -269,10 +271,10 @@ class PreallocatedCache(Cache):
 
     @classmethod
     def for_model(cls, model: PreTrainedModel, max_len: int | None = None) -> "PreallocatedCache":
-        """A cache for ``model`` with storage for ``max_len`` positions (default: the whole context, at most that)
-        allocated now."""
+        """A cache for ``model`` with storage for ``max_len`` slots (default: the whole context) allocated now. Slots,
+        not positions: a token tree's forward writes one slot per node, although its nodes share positions."""
         shape = kv_shape(model)
-        max_len = shape["context"] if max_len is None else min(int(max_len), shape["context"])
+        max_len = shape["context"] if max_len is None else int(max_len)  # slots: a token tree takes more than positions
         cache = cls(shape["layers"], max_len)
         dtype = next(model.parameters()).dtype
         for layer in cache.layers:

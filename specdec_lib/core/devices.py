@@ -13,6 +13,7 @@ from contextlib import contextmanager
 import torch
 
 from .errors import ConfigError
+from .validation import check_count, is_whole
 
 DEVICE_ENV_VAR = "SPECDEC_DEVICE"
 
@@ -70,7 +71,7 @@ def seed_everything(seed: int) -> None:
     Used at the top of notebooks so that sampled outputs and random-weight models are the same on every run.
     Generation functions take their own ``seed`` for a private `torch.Generator`; this seeds the global state.
     """
-    if isinstance(seed, bool) or not isinstance(seed, int):
+    if not is_whole(seed):
         raise ConfigError(f"seed must be an integer, got {seed!r}. Pass a whole number such as 0 or 1234.")
     random.seed(seed)
     try:
@@ -93,8 +94,7 @@ COURSE_THREADS = 1
 def course_setup(seed: int = 0, threads: int = COURSE_THREADS) -> torch.device:
     """What the first cell of every notebook does: seed everything (`seed_everything`), use ``threads`` CPU threads
     for torch, and return the device to compute on (`get_device`: cuda > mps > cpu, or ``SPECDEC_DEVICE``)."""
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-        raise ConfigError(f"threads must be an integer >= 1, got {threads!r}.")
+    check_count("threads", threads, minimum=1)
     seed_everything(seed)
     torch.set_num_threads(threads)
     return get_device()

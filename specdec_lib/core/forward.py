@@ -1,17 +1,15 @@
-"""The one place that runs a model forward with a KV cache (`forward_with_cache`), and the input checks before it.
+"""The one place that runs a model forward (`run_model`), the one-row convenience around it (`forward_with_cache`),
+and the layer-slice helpers self-speculative drafting needs.
 
 Speculative decoding lives on the KV cache: the target scores a whole block of drafted tokens in one forward
 appended to its cache, then *rolls the cache back* past the first rejected token. Every forward in the library
-goes through `forward_with_cache`, because transformers moved this API between 5.x releases: the forward's cache
-keyword is ``cache=`` in 5.24 but ``past_key_values=`` in 5.17 (and in 4.57 ``cache=`` is silently swallowed by
-``**kwargs``!), so the keyword is read from the forward's signature, never assumed. A ``torch.compile`` d model
-(an ``OptimizedModule`` whose forward is ``(*args, **kwargs)``) is looked through to the module it wraps.
+goes through `run_model`, because transformers moved this API between 5.x releases: the forward's cache keyword is
+``cache=`` in 5.24 but ``past_key_values=`` in 5.17 (and in 4.57 ``cache=`` is silently swallowed by ``**kwargs``!),
+so the keyword is read from the forward's signature, never assumed. A ``torch.compile`` d model (an
+``OptimizedModule`` whose forward is ``(*args, **kwargs)``) is looked through to the module it wraps.
 
-Caches themselves (creation, length, rollback and its refusals) belong to `specdec_lib.core.caches`, which imports
-this module, never the other way round.
-
-Batch size 1 is the supported case throughout the library (speculative decoding accepts a different number
-of tokens per sequence, which needs ragged caches); `check_input_ids` refuses anything else clearly.
+Caches themselves (creation, length, rollback and its refusals) belong to `specdec_lib.core.caches`; a model with
+its cache for B rows, to `specdec_lib.core.rows`.
 """
 
 import functools
@@ -23,8 +21,9 @@ import torch
 from transformers import PreTrainedModel
 from transformers.cache_utils import Cache
 
-from .errors import ConfigError, ContextOverflowError, InputError
-from .trees import tree_attention_mask, tree_position_ids
+from .errors import ConfigError, ContextOverflowError
+from .trees import node_depths, tree_attention_mask, tree_position_ids
+from .validation import check_input_ids, context_length
 
 
 @dataclass(frozen=True)
@@ -61,71 +60,40 @@ def unwrap_compiled(model: torch.nn.Module) -> torch.nn.Module:
     return getattr(model, "_orig_mod", model)
 
 
-def check_input_ids(input_ids: torch.Tensor, model: PreTrainedModel | None = None) -> None:
-    """Refuse token ids the library cannot use, with a message saying how to fix them.
+def run_model(
+    model: PreTrainedModel,
+    input_ids: torch.Tensor,
+    cache: Cache | None,
+    *,
+    position_ids: torch.Tensor,
+    attention_mask: torch.Tensor | None = None,
+    logits_to_keep: int | None = None,
+    hidden: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Run ``model`` on ``input_ids: LongTensor[B, T]`` appended to ``cache`` (None: no cache, T is everything).
 
-    Expects a `torch.LongTensor` of shape ``[1, T]`` with ``T >= 1``. With ``model`` given, also checks that
-    every id indexes the model's embedding table (a bad id would otherwise fail deep inside torch).
-    """
-    if not isinstance(input_ids, torch.Tensor):
-        raise InputError(
-            f"input_ids must be a torch.LongTensor of shape [1, T], got {type(input_ids).__name__}. "
-            "Use tokenizer(text, return_tensors='pt').input_ids or torch.tensor([ids])."
-        )
-    if input_ids.dtype != torch.long:
-        raise InputError(f"input_ids must have dtype torch.long (int64), got {input_ids.dtype}. Use input_ids.long().")
-    if input_ids.ndim != 2:
-        hint = " Add the batch dimension with input_ids.unsqueeze(0)." if input_ids.ndim == 1 else ""
-        raise InputError(
-            f"input_ids must have 2 dimensions [batch=1, T], got shape {list(input_ids.shape)}.{hint}"
-        )
-    if input_ids.shape[0] != 1:
-        raise InputError(
-            f"Only batch size 1 is supported, got a batch of {input_ids.shape[0]} sequences. "
-            "Generate one prompt at a time (e.g. loop over input_ids[i : i + 1])."
-        )
-    if input_ids.shape[1] == 0:
-        raise InputError("The prompt is empty (0 tokens). Give at least one token, e.g. the tokenizer's BOS token.")
-    if model is not None:
-        vocab_size = model.get_input_embeddings().num_embeddings
-        low, high = int(input_ids.min()), int(input_ids.max())
-        if low < 0 or high >= vocab_size:
-            raise InputError(
-                f"input_ids contains token id {low if low < 0 else high}, outside the model's vocabulary "
-                f"[0, {vocab_size}). Encode the text with this model's own tokenizer."
-            )
-
-
-def context_length(model: PreTrainedModel) -> int:
-    """The most positions ``model`` was built for (``config.max_position_embeddings``)."""
-    length = getattr(model.config, "max_position_embeddings", None)
-    if length is None:
-        raise ConfigError(
-            f"{type(model).__name__}'s config has no max_position_embeddings, so its context length is unknown. "
-            "Use a model whose config sets it (every Llama/Qwen2 config does)."
-        )
-    return int(length)
-
-
-def check_fits_context(model: PreTrainedModel, prompt_length: int, max_new_tokens: int) -> None:
-    """Raise `ContextOverflowError` unless ``prompt_length + max_new_tokens <= context_length(model)``."""
-    limit = context_length(model)
-    if prompt_length + max_new_tokens > limit:
-        raise ContextOverflowError(
-            f"The prompt ({prompt_length} tokens) plus max_new_tokens ({max_new_tokens}) = "
-            f"{prompt_length + max_new_tokens} tokens exceeds the model's context of {limit} tokens. "
-            f"Shorten the prompt or lower max_new_tokens to at most {max(limit - prompt_length, 0)}."
-        )
-
-
-def check_generation_inputs(model: PreTrainedModel, input_ids: torch.Tensor, max_new_tokens: int) -> None:
-    """All checks a generation function runs before its first forward: ids, ``max_new_tokens >= 1``, context."""
-    check_input_ids(input_ids, model)
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-        raise ConfigError(
-            f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}. Ask for at least one new token."
-        )
-    check_fits_context(model, input_ids.shape[1], max_new_tokens)
+    ``position_ids: [B, T]``; ``attention_mask``: None (the model's own causal mask), ``[B, S + T]`` (1 where a slot
+    holds a real token of that row, `specdec_lib.core.rows`) or an additive 4-D mask (a token tree). Returns float32
+    logits ``[B, T_keep, V]`` of the last ``T_keep = logits_to_keep`` positions (all T when None: keeping only the
+    needed rows skips most of the LM head, the largest matrix in small models) and, with ``hidden=True``, the last
+    layer's output after the final norm (the LM head's input) at every new position, ``[B, T, D]`` (else None).
+    Runs under whatever grad mode the caller set (generation uses inference_mode)."""
+    keywords = forward_keywords(type(unwrap_compiled(model)))
+    kwargs: dict[str, object] = {"position_ids": position_ids, "use_cache": cache is not None}
+    if attention_mask is not None:
+        kwargs["attention_mask"] = attention_mask
+    if cache is not None:
+        kwargs[keywords.cache] = cache
+        if keywords.cache_position:  # older 5.x: the cache slots the new tokens take
+            past = int(cache.get_seq_length())
+            kwargs["cache_position"] = torch.arange(past, past + input_ids.shape[1], device=input_ids.device)
+    if logits_to_keep is not None and keywords.logits_to_keep:
+        kwargs["logits_to_keep"] = logits_to_keep
+    if hidden:
+        kwargs["output_hidden_states"] = True
+    output = model(input_ids=input_ids, **kwargs)
+    logits = output.logits if logits_to_keep is None else output.logits[:, -logits_to_keep:]
+    return logits.float(), (output.hidden_states[-1] if hidden else None)
 
 
 def forward_with_cache(
@@ -138,21 +106,21 @@ def forward_with_cache(
     tree_first: int = 0,
     return_hidden: bool = False,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """Run ``model`` on new tokens ``input_ids: LongTensor[1, T]`` appended after the tokens in ``cache``.
+    """Run ``model`` on new tokens ``input_ids: LongTensor[1, T]`` appended after the tokens in ``cache`` (one row).
 
     The new tokens take positions ``L, ..., L + T - 1`` where ``L = cache_length(cache)``; positions are passed
     explicitly, so they stay right after a `crop_cache` rollback. ``cache`` is extended in place by T tokens.
     With ``tree_parents`` (the N parent indices of a token tree, `specdec_lib.core.trees`) the input is the tree's
     positions ``tree_first .. N`` (0: the root, 1 + i: node i; the earlier ones are the cache's last entries):
     each gets the position ``root + depth`` and the tree attention mask (prefix, ancestors, itself) instead of
-    the causal one. The cache stores the T entries in input order.
+    the causal one. The cache stores the T entries in input order (it grows by T *slots*, while the deepest node
+    takes only the position ``root + depth``: near the end of the context a tree fits where a chain of N would not).
     With ``cache=None`` the model runs without a cache on the full sequence (positions ``0 ... T - 1``): the
-    "no KV cache" baseline. Runs under whatever grad mode the caller set (generation uses inference_mode).
+    "no KV cache" baseline.
 
     Returns float32 logits ``[1, T_keep, V]`` for the last ``T_keep = logits_to_keep`` positions (all ``T`` when
-    None); keeping only the needed rows skips most of the LM head, the largest matrix in small models. With
-    ``return_hidden=True`` it returns ``(logits, hidden)``, ``hidden: [1, T, D]`` the last layer's output after the
-    final norm (the LM head's input) at *every* new position: what Medusa heads and EAGLE drafters read.
+    None). With ``return_hidden=True`` it returns ``(logits, hidden)``, ``hidden: [1, T, D]`` the last layer's output
+    after the final norm (the LM head's input) at *every* new position: what Medusa heads and EAGLE drafters read.
     """
     check_input_ids(input_ids)
     new_tokens = input_ids.shape[1]
@@ -163,41 +131,29 @@ def forward_with_cache(
         )
     past = 0 if cache is None else int(cache.get_seq_length())
     limit = context_length(model)
-    if past + new_tokens > limit:
-        raise ContextOverflowError(
-            f"Cannot run {new_tokens} new tokens after {past} cached ones: {past + new_tokens} positions exceed "
-            f"the model's context of {limit}. Shorten the prompt or generate fewer tokens."
-        )
-
-    keywords = forward_keywords(type(unwrap_compiled(model)))
-    positions = torch.arange(past, past + new_tokens, device=input_ids.device)  # [T]: L, ..., L + T - 1 (cache slots)
-    kwargs: dict[str, object] = {"position_ids": positions.unsqueeze(0), "use_cache": cache is not None}
+    mask = None
     if tree_parents is not None:
         if len(tree_parents) + 1 - tree_first != new_tokens or tree_first > past:
             raise ConfigError(
                 f"A tree forward from tree position {tree_first} over a tree of {len(tree_parents)} nodes reads "
                 f"{len(tree_parents) + 1 - tree_first} tokens after at least {tree_first} cached ones; got "
                 f"{new_tokens} tokens after {past}.")
-        root = past - tree_first  # the root's cache position
-        dtype = next(model.parameters()).dtype
-        kwargs["position_ids"] = tree_position_ids(tree_parents, root, tree_first, input_ids.device)  # [1, T]
-        kwargs["attention_mask"] = tree_attention_mask(tree_parents, root, tree_first, dtype=dtype,
-                                                       device=input_ids.device)  # [1, 1, T, past + T]
-    if cache is not None:
-        kwargs[keywords.cache] = cache
-        if keywords.cache_position:
-            kwargs["cache_position"] = positions
-    if logits_to_keep is not None and keywords.logits_to_keep:
-        kwargs["logits_to_keep"] = logits_to_keep
-    if return_hidden:
-        kwargs["output_hidden_states"] = True
-    output = model(input_ids=input_ids, **kwargs)
-    logits = output.logits  # [1, T_keep, V] (or [1, T, V] without logits_to_keep)
-    if logits_to_keep is not None:
-        logits = logits[:, -logits_to_keep:]
-    if return_hidden:
-        return logits.float(), output.hidden_states[-1]  # [1, T, D]: the final norm's output
-    return logits.float()
+        root = past - tree_first  # the root's cache slot, and its position
+        last_position = root + max(node_depths(tree_parents), default=0)
+        positions = tree_position_ids(tree_parents, root, tree_first, input_ids.device)  # [1, T]
+        mask = tree_attention_mask(tree_parents, root, tree_first, dtype=next(model.parameters()).dtype,
+                                   device=input_ids.device)  # [1, 1, T, past + T]
+    else:
+        last_position = past + new_tokens - 1
+        positions = torch.arange(past, past + new_tokens, device=input_ids.device).unsqueeze(0)  # [1, T]
+    if last_position >= limit:
+        raise ContextOverflowError(
+            f"Cannot run {new_tokens} new tokens after {past} cached ones: position {last_position} is past "
+            f"the model's context of {limit}. Shorten the prompt or generate fewer tokens."
+        )
+    logits, hidden = run_model(model, input_ids, cache, position_ids=positions, attention_mask=mask,
+                               logits_to_keep=logits_to_keep, hidden=return_hidden)
+    return (logits, hidden) if return_hidden else logits
 
 
 def _decoder(model: PreTrainedModel) -> torch.nn.Module:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from .errors import ConfigError
+from .validation import check_count, check_lenience, is_whole
 
 
 def _is_real(value: object) -> bool:
@@ -41,11 +42,8 @@ class SamplingConfig:
                 f"temperature must be a finite number >= 0, got {self.temperature!r}. "
                 "Use 0 for greedy decoding or a positive value such as 0.7 or 1.0 for sampling."
             )
-        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
-            raise ConfigError(
-                f"top_k must be an integer >= 0, got {self.top_k!r}. "
-                "Use 0 to switch top-k off, or e.g. 50 to keep the 50 most likely tokens."
-            )
+        check_count("top_k", self.top_k, minimum=0,
+                    hint="Use 0 to switch top-k off, or e.g. 50 to keep the 50 most likely tokens.")
         if not _is_real(self.top_p) or not 0 < self.top_p <= 1:
             raise ConfigError(
                 f"top_p must be a number in (0, 1], got {self.top_p!r}. "
@@ -64,6 +62,31 @@ class SamplingConfig:
 
 
 GREEDY = SamplingConfig.greedy()
+VERIFICATIONS = ("exact", "block", "relaxed")
+
+
+def check_sampling(sampling: SamplingConfig, verification: str = "exact", lenience: float | None = None) -> None:
+    """Refuse a sampling config that is not a `SamplingConfig` and an unknown or inconsistent verification mode."""
+    if not isinstance(sampling, SamplingConfig):
+        raise ConfigError(f"sampling must be a SamplingConfig, got {type(sampling).__name__}. Use e.g. GREEDY.")
+    if verification not in VERIFICATIONS:
+        raise ConfigError(
+            f"verification must be 'exact' (token-wise rejection sampling), 'block' (block verification: the "
+            f"accepted prefix decided jointly; both keep the target's distribution) or 'relaxed' (accepts more, "
+            f"changes the distribution), got {verification!r}."
+        )
+    if verification == "relaxed":
+        if sampling.is_greedy:
+            raise ConfigError(
+                "verification='relaxed' relaxes the acceptance test of *sampled* drafts; greedy decoding "
+                "(temperature 0) has nothing to relax. Sample (e.g. SamplingConfig(temperature=1.0)) or use 'exact'."
+            )
+        check_lenience(lenience)
+    elif lenience is not None:
+        raise ConfigError(
+            f"lenience={lenience!r} only applies to verification='relaxed'; {verification} verification has no "
+            "lenience."
+        )
 
 
 def logits_to_probs(logits: torch.Tensor, config: SamplingConfig) -> torch.Tensor:
@@ -109,6 +132,19 @@ def make_generator(seed: int | None, device: torch.device | str) -> torch.Genera
     """A private RNG on ``device`` seeded with ``seed``, for `sample_token`; None (global RNG) when seed is None."""
     if seed is None:
         return None
-    if isinstance(seed, bool) or not isinstance(seed, int):
+    if not is_whole(seed):
         raise ConfigError(f"seed must be an integer or None, got {seed!r}. Pass a whole number such as 0 or 1234.")
     return torch.Generator(device=device).manual_seed(seed)
+
+
+def draw(logits: torch.Tensor, sampling: SamplingConfig,
+         generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One draft token per row of ``logits: [..., V]``: ``(tokens LongTensor[...], q FloatTensor[..., V] | None)``.
+
+    Greedy: the argmax and None (a point mass needs no q row). Sampling: a draw from ``q = logits_to_probs(logits,
+    sampling)``, the processing the target's p gets too, and that q: the distribution the token really came from,
+    which a drafter must report (`specdec_lib.core.drafting`). Every model drafter draws with this function."""
+    if sampling.is_greedy:
+        return logits.argmax(dim=-1), None
+    q = logits_to_probs(logits, sampling)
+    return sample_token(q, generator), q

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from .errors import ConfigError
+from .validation import check_count
 
 
 def _as_float64(values: Sequence[float] | torch.Tensor, name: str) -> torch.Tensor:
@@ -162,8 +163,7 @@ def tv_noise_floor(probs: Sequence[float] | torch.Tensor, n: int) -> float:
     """
     p_t = _as_float64(probs, "probs")
     p_t = p_t / p_t.sum()
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ConfigError(f"n (the number of draws) must be an integer >= 1, got {n!r}.")
+    check_count("n (the number of draws)", n, minimum=1)
     return 0.5 * float((p_t * (1 - p_t) / n).sqrt().sum())
 
 
@@ -214,8 +214,7 @@ def accepted_count_distribution(alpha: float | Sequence[float], k: int) -> list[
     ``P(N = n) = alpha_0 ... alpha_{n-1} (1 - alpha_n)`` for n < k and ``alpha_0 ... alpha_{k-1}`` for n = k: a
     geometric distribution truncated at k. With one alpha, ``E[N + 1]`` is `theory.expected_tokens_per_round`.
     """
-    if isinstance(k, bool) or not isinstance(k, int) or k < 0:
-        raise ConfigError(f"k must be an integer >= 0, got {k!r}.")
+    check_count("k", k, minimum=0)
     alphas = [float(alpha)] * k if isinstance(alpha, (int, float)) else [float(a) for a in alpha]
     if len(alphas) != k or not all(0 <= a <= 1 for a in alphas):
         raise ConfigError(f"alpha must be one probability or k = {k} of them, got {alpha!r}.")

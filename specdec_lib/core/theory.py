@@ -26,6 +26,7 @@ import math
 from collections.abc import Sequence
 
 from .errors import ConfigError
+from .validation import check_count
 
 
 def _check_alpha(alpha: float) -> None:
@@ -34,8 +35,7 @@ def _check_alpha(alpha: float) -> None:
 
 
 def _check_gamma(gamma: int, name: str = "gamma") -> None:
-    if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 0:
-        raise ConfigError(f"{name} (the number of draft tokens per round) must be an integer >= 0, got {gamma!r}.")
+    check_count(f"{name} (the number of draft tokens per round)", gamma, minimum=0)
 
 
 def _check_verify_cost(v: float) -> None:

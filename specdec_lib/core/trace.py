@@ -1,4 +1,4 @@
-"""One result type for the baseline and every speculative method, and the metrics computed from it.
+"""What happened in a generation, round by round, and the metrics computed from it.
 
 Vocabulary (used the same way in code, notebooks and plots):
 
@@ -23,16 +23,14 @@ With independent acceptance at rate α and γ drafts per round, mean acceptance 
 are wasted after a rejection. `tokens_per_target_forward` (all new tokens / all target forwards, the prefill
 included) is a fifth, different number: what the whole generation got per expensive step.
 
-The metric functions are pure (a trace in, numbers out), so they can be tested on hand-made traces.
+The metric functions are pure (a trace in, numbers out), so they can be tested on hand-made traces. A trace is
+written beside the decode loop by `specdec_lib.core.recording.Recorder`; the result that carries one trace per
+row is `specdec_lib.core.result.GenerationResult`.
 """
 
-import time
 from dataclasses import dataclass, field
 from typing import Literal
 
-import torch
-
-from .devices import synchronize
 from .errors import ConfigError
 
 
@@ -54,6 +52,7 @@ class RoundRecord:
     verify_time: float  # seconds spent in the target forward and acceptance test
     draft_forwards: int  # forwards of the draft model this round (0 for drafters without a model)
     kind: RoundKind = "target"
+    draft_tokens: tuple[int, ...] = ()  # the drafted tokens (a chain in order; a tree's nodes breadth first)
 
 
 @dataclass
@@ -70,46 +69,10 @@ class Trace:
         """Record that cache ``name`` held ``allocated`` bytes now; `peak_kv_bytes` keeps the maximum."""
         self.peak_kv_bytes[name] = max(self.peak_kv_bytes.get(name, 0), allocated)
 
-    @classmethod
-    def start(cls, device: torch.device | str) -> "Trace":
-        """A fresh trace whose clock starts now, once ``device`` has finished any queued work."""
-        synchronize(device)
-        return cls(start_time=time.perf_counter())
-
-    def elapsed(self, device: torch.device | str, *, wait: bool = True) -> float:
-        """Seconds since the start, after waiting for ``device`` so GPU work is counted when it ends.
-
-        ``wait=False`` reads the clock without waiting: for a caller that has just read a result back to the host
-        (which already waited for the work it timed), to spare a host synchronisation; work queued since then is
-        counted in the next interval instead."""
-        if wait:
-            synchronize(device)
-        return time.perf_counter() - self.start_time
-
     def add_round(self, record: RoundRecord, at: float) -> None:
         """Append a round whose ``record.emitted`` tokens all became available ``at`` seconds after the start."""
         self.rounds.append(record)
         self.token_times.extend([at] * record.emitted)
-
-
-@dataclass
-class GenerationResult:
-    """Tokens and trace of one generation, whatever the method (baseline or speculative)."""
-
-    sequence: torch.Tensor  # LongTensor[1, T_prompt + N]: the prompt followed by the N new tokens
-    prompt_length: int  # T_prompt
-    method: str  # e.g. "autoregressive", "speculative[draft-model]"
-    trace: Trace
-
-    @property
-    def new_tokens(self) -> torch.Tensor:
-        """The generated tokens only, ``LongTensor[N]``."""
-        return self.sequence[0, self.prompt_length :]
-
-    @property
-    def new_token_list(self) -> list[int]:
-        """The generated tokens as a Python list (handy for ``tokenizer.decode`` and equality checks)."""
-        return self.new_tokens.tolist()
 
 
 def time_to_first_token(trace: Trace) -> float | None:
@@ -228,28 +191,3 @@ def tokens_per_target_forward(trace: Trace) -> float | None:
     if not trace.rounds:
         return None
     return sum(record.emitted for record in trace.rounds) / len(trace.rounds)
-
-
-def summarize(result: GenerationResult) -> dict[str, object]:
-    """The headline numbers of one generation as a flat dict (for notebook tables and benchmarks)."""
-    trace = result.trace
-    gaps = latency_percentiles(inter_token_latencies(trace), (50, 95))
-    return {
-        "method": result.method,
-        "prompt_tokens": result.prompt_length,
-        "new_tokens": result.new_tokens.numel(),
-        "time_to_first_token_s": time_to_first_token(trace),
-        "inter_token_latency_p50_s": gaps[50],
-        "inter_token_latency_p95_s": gaps[95],
-        "tokens_per_second": tokens_per_second(trace),
-        "prefill_time_s": trace.prefill_time,
-        "draft_time_s": sum(record.draft_time for record in trace.rounds),
-        "verify_time_s": sum(record.verify_time for record in trace.rounds),
-        "target_forwards": target_forwards(trace),
-        "draft_forwards": draft_forwards(trace),
-        "alpha": per_token_acceptance(trace),
-        "acceptance_rate": acceptance_rate(trace),
-        "mean_acceptance_length": mean_acceptance_length(trace),
-        "per_position_acceptance": per_position_acceptance(trace),
-        "tokens_per_target_forward": tokens_per_target_forward(trace),
-    }

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import torch
 
 from .errors import ConfigError
+from .validation import is_whole
 from .sampling import sample_token
 
 
@@ -43,7 +44,7 @@ class TreeShape:
     branching: tuple[int, ...]
 
     def __post_init__(self) -> None:
-        if not self.branching or any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in self.branching):
+        if not self.branching or any(not is_whole(b) or b < 1 for b in self.branching):
             raise ConfigError(
                 f"A tree shape needs at least one depth and a whole number >= 1 of children per depth, got "
                 f"{self.branching!r}. Example: TreeShape((3, 2, 1)); a chain of 4 drafts is TreeShape((1, 1, 1, 1))."

@@ -23,13 +23,13 @@ same random draws), so the batched decoder, the single-sequence decoder and the 
 implementation.
 """
 
-import math
 from dataclasses import dataclass
 from typing import Literal
 
 import torch
 
 from .errors import ConfigError
+from .validation import check_lenience
 
 Kind = Literal["recovered", "bonus"]
 
@@ -194,7 +194,7 @@ def drafted_path(p: torch.Tensor, q: torch.Tensor | None, draft_tokens: torch.Te
             f"Draft token {int(tokens[b, i])} at {where} has probability q = 0 in the distribution the drafter "
             "reported for it, so it cannot have been drawn from that distribution. A drafter must report in "
             "Draft.probs the distribution it actually sampled each token from (the same logits_to_probs processing), "
-            "or probs=None for a point mass (see specdec_lib.drafters.base)."
+            "or probs=None for a point mass (see specdec_lib.core.drafting)."
         )
     return DraftedPath(tokens, count, valid, q, p_draft, q_draft)
 
@@ -320,16 +320,6 @@ def residual_distribution(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     total = excess.sum(dim=-1, keepdim=True)  # Z = sum_x max(p - q, 0) = 1 - alpha (= TV(p, q)): [..., 1]
     safe_total = torch.where(total > 0, total, torch.ones_like(total))  # avoid 0 / 0 where Z = 0
     return torch.where(total > 0, excess / safe_total, p)  # Z > 0: norm(max(p - q, 0)); Z = 0 (p == q): p
-
-
-def check_lenience(lenience: object) -> None:
-    """Refuse a lenience that is not a finite number > 0 (`verify_relaxed`; 1 is exact verification)."""
-    is_number = isinstance(lenience, (int, float)) and not isinstance(lenience, bool)
-    if not is_number or not math.isfinite(lenience) or lenience <= 0:
-        raise ConfigError(
-            f"lenience must be a finite number > 0, got {lenience!r}. 1 is exact verification; e.g. 2 accepts "
-            "min(1, 2 p/q) of the drafts (more tokens per round, but NOT the target's distribution)."
-        )
 
 
 def _rejection_sample(p: torch.Tensor, drafted: DraftedPath, generator: torch.Generator | None,

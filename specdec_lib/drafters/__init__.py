@@ -1,30 +1,20 @@
-"""Drafters: everything that proposes tokens for the target to verify, behind one interface (`Drafter`)."""
+"""Drafters: everything that proposes tokens for the target to verify, behind one interface (`Drafter`, in
+`specdec_lib.core.drafting`, where the round engine defines what it asks of a drafter)."""
 
-from .base import Draft, Drafter, check_draft
-from .draft_model import DraftModelDrafter
-
-__all__ = ["Draft", "Drafter", "DraftModelDrafter", "check_draft"]
+from ..core.drafting import Context, Draft, Drafter, TargetOutput, WrappedDrafter
 from .cross_tokenizer import CrossTokenizerDrafter, CrossVocabularySamplingDrafter
-
-__all__ += ["CrossTokenizerDrafter", "CrossVocabularySamplingDrafter"]
-from .tree import DraftModelTreeDrafter, TokenTree
-
-__all__ += ["DraftModelTreeDrafter", "TokenTree"]
+from .draft_model import DraftModelDrafter
+from .eagle import EagleDrafter, EagleModule, load_eagle
+from .early_exit import EarlyExitDrafter
+from .heads import HeadsDrafter, MedusaHeads, load_heads
+from .jacobi import JacobiDrafter
 from .prompt_lookup import PromptLookupDrafter, find_continuation
-
-__all__ += ["PromptLookupDrafter", "find_continuation"]
+from .schedules import ConfidenceStop, CostAwareStop, DraftStopRule, HeuristicSchedule
 from .suffix import SuffixDrafter, SuffixTree
 
-__all__ += ["SuffixDrafter", "SuffixTree"]
-from .early_exit import EarlyExitDrafter
-
-__all__ += ["EarlyExitDrafter"]
-from .heads import HeadsDrafter, MedusaHeads, load_heads
-
-__all__ += ["HeadsDrafter", "MedusaHeads", "load_heads"]
-from .eagle import EagleDrafter, EagleModule, load_eagle
-
-__all__ += ["EagleDrafter", "EagleModule", "load_eagle"]
-from .schedules import ConfidenceStop, CostAwareStop, DraftStopRule, HeuristicSchedule
-
-__all__ += ["ConfidenceStop", "CostAwareStop", "DraftStopRule", "HeuristicSchedule"]
+__all__ = [
+    "ConfidenceStop", "Context", "CostAwareStop", "CrossTokenizerDrafter", "CrossVocabularySamplingDrafter", "Draft",
+    "DraftModelDrafter", "DraftStopRule", "Drafter", "EagleDrafter", "EagleModule", "EarlyExitDrafter",
+    "HeadsDrafter", "HeuristicSchedule", "JacobiDrafter", "MedusaHeads", "PromptLookupDrafter", "SuffixDrafter",
+    "SuffixTree", "TargetOutput", "WrappedDrafter", "find_continuation", "load_eagle", "load_heads",
+]

@@ -30,15 +30,19 @@ accepted. The greedy drafter reports ``probs=None`` (a point mass per token), wh
 ids, so it drafts token by token inside the vocabulary intersection (`specdec_lib.core.vocab.vocabulary_intersection`).
 """
 
+from __future__ import annotations
+
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from ..core.pair import ModelPair
 from ..core.errors import ConfigError
-from ..loading import ModelPair
 from ..core.sampling import SamplingConfig, logits_to_probs, sample_token
+from ..core.validation import check_count
 from ..core.vocab import vocabulary_intersection
-from .base import Draft, Drafter
+from ..core.drafting import Context, Draft, Drafter
 from .cached_model import CachedModel
+
 
 REPLACEMENT = "\ufffd"  # what decoding an incomplete UTF-8 sequence gives ("�")
 
@@ -157,13 +161,12 @@ class CrossTokenizerDrafter(Drafter):
         *,
         lookbehind: int = 8,
     ) -> None:
-        if isinstance(lookbehind, bool) or not isinstance(lookbehind, int) or lookbehind < 1:
-            raise ConfigError(f"lookbehind must be an integer >= 1 (tokens re-encoded at a boundary), got {lookbehind!r}.")
+        check_count("lookbehind (tokens re-encoded at a boundary)", lookbehind, minimum=1)
         self.model, self.draft_tokenizer, self.target_tokenizer = draft_model, draft_tokenizer, target_tokenizer
         self.lookbehind = lookbehind
         self.draft_eos = draft_tokenizer.eos_token_id
         self.state = CachedModel(draft_model)  # the draft model, its cache and the draft ids in it
-        self.begin(torch.zeros(1, 1, dtype=torch.long))
+        self.begin()
 
     @classmethod
     def for_pair(cls, pair: ModelPair, **options) -> "CrossTokenizerDrafter":
@@ -179,9 +182,8 @@ class CrossTokenizerDrafter(Drafter):
         """The draft model's KV cache (read-only use: memory accounting, tests)."""
         return self.state.cache
 
-    def begin(
-        self, input_ids: torch.Tensor, *, max_length: int | None = None, target_vocab_size: int | None = None
-    ) -> None:
+    def begin(self, context: Context | None = None, *, max_length: int | None = None,
+              target_vocab_size: int | None = None) -> None:
         """A new generation: an empty draft cache (draft ids are counted in the draft tokenizer, so
         ``max_length``, in target tokens, does not size it) and a fresh text context."""
         self.state.reset()
@@ -191,11 +193,12 @@ class CrossTokenizerDrafter(Drafter):
     def _sync(self, context: list[int]) -> list[int]:
         """Crop the draft cache to its longest common prefix with ``context`` (the re-encoding may have changed
         any id, so all are compared); the ids it lacks (>= 1)."""
-        return self.state.sync(torch.tensor(context, dtype=torch.long, device=self.model.device)).tolist()
+        ids = torch.tensor([context], dtype=torch.long, device=self.model.device)
+        return self.state.sync(Context.of(ids))[0].tolist()
 
     def _next_logits(self, ids: list[int]) -> torch.Tensor:
         """Feed ``ids`` after the cache; logits ``[V_draft]`` for the next draft token."""
-        return self.state.feed(torch.tensor(ids, dtype=torch.long, device=self.model.device))
+        return self.state.feed([torch.tensor(ids, dtype=torch.long, device=self.model.device)])[0]
 
     def _draft_greedy(self, context: list[int], k: int) -> tuple[list[int], int]:
         """Up to ``k`` greedy draft ids after ``context``, stopping at the draft's EOS (not included), and the
@@ -240,9 +243,8 @@ class CrossTokenizerDrafter(Drafter):
             text = text[:cut]
         return text, ends
 
-    def propose(
-        self, sequence: torch.Tensor, k: int, sampling: SamplingConfig, generator: torch.Generator | None
-    ) -> Draft:
+    def propose(self, context: Context, sampling: SamplingConfig, generator: torch.Generator | None) -> Draft:
+        sequence, k = context.sequence, context.k
         if not sampling.is_greedy:
             raise ConfigError(
                 "CrossTokenizerDrafter drafts greedily: its target-id proposals have no distribution for exact "
@@ -251,12 +253,12 @@ class CrossTokenizerDrafter(Drafter):
         with torch.inference_mode():
             ids = sequence[0].tolist()
             text, clean = clean_text(self.target_tokenizer, ids)
-            context = self._context.update(text)
+            draft_ids = self._context.update(text)
             self._last = None
-            if k <= 0 or clean < len(ids) or not context:  # nothing asked, or the target ends mid-character
-                return Draft.empty(self.model.device)
-            drafted, forwards = self._draft_greedy(context, k)
-            words, draft_ends = self.draft_text(context, drafted)
+            if k <= 0 or clean < len(ids) or not draft_ids:  # nothing asked, or the target ends mid-character
+                return Draft.empty(1, self.model.device)
+            drafted, forwards = self._draft_greedy(draft_ids, k)
+            words, draft_ends = self.draft_text(draft_ids, drafted)
             window = self._target_window(ids, text)
             proposal, target_ends = continuation_ids(self.target_tokenizer, window, words)
             last_token_text = words[target_ends[-2] if len(proposal) > 1 else 0 :] if proposal else ""
@@ -265,20 +267,21 @@ class CrossTokenizerDrafter(Drafter):
                 # the target tokenizer merges into one token ("\n" + 8 spaces); the partial one would be rejected
                 proposal, target_ends = proposal[:-1], target_ends[:-1]
             proposal, target_ends = proposal[:k], target_ends[:k]
-            self._last = {"length": len(ids), "context": len(context), "draft_ends": draft_ends,
+            self._last = {"length": len(ids), "context": len(draft_ids), "draft_ends": draft_ends,
                           "target_ends": target_ends}
             tokens = torch.tensor(proposal, dtype=torch.long, device=self.model.device)
             return Draft(tokens=tokens, probs=None, forwards=forwards)
 
-    def accept(self, sequence_length: int) -> None:
+    def accept(self, context: Context) -> None:
         """Crop the cache to the context plus the drafted ids whose text the target accepted."""
+        sequence_length = context.lengths[0]
         last, self._last = self._last, None
         if last is None:
             return
         accepted = max(0, min(sequence_length - 1 - last["length"], len(last["target_ends"])))
         accepted_chars = last["target_ends"][accepted - 1] if accepted else 0
         kept = sum(1 for end in last["draft_ends"] if end <= accepted_chars)
-        self.state.crop(last["context"] + kept)
+        self.state.crop([last["context"] + kept])
 
 
 class CrossVocabularySamplingDrafter(CrossTokenizerDrafter):
@@ -341,18 +344,17 @@ class CrossVocabularySamplingDrafter(CrossTokenizerDrafter):
         q_target[self._device_target_ids] = q[self._device_draft_ids]
         return q_target
 
-    def propose(
-        self, sequence: torch.Tensor, k: int, sampling: SamplingConfig, generator: torch.Generator | None
-    ) -> Draft:
+    def propose(self, context: Context, sampling: SamplingConfig, generator: torch.Generator | None) -> Draft:
+        sequence, k = context.sequence, context.k
         with torch.inference_mode():
             ids = sequence[0].tolist()
             text, clean = clean_text(self.target_tokenizer, ids)
-            context = self._context.update(text)
+            draft_ids = self._context.update(text)
             self._last = None
-            k = max(0, min(k, self.state.max_positions - len(context) + 1))
-            if k <= 0 or clean < len(ids) or not context:
-                return Draft.empty(self.model.device)
-            pending = self._sync(context)
+            k = max(0, min(k, self.state.max_positions - len(draft_ids) + 1))
+            if k <= 0 or clean < len(ids) or not draft_ids:
+                return Draft.empty(1, self.model.device)
+            pending = self._sync(draft_ids)
             tokens, rows = [], []
             for _ in range(k):
                 q = self.target_distribution(self._next_logits(pending), sampling)  # [V_target]
@@ -360,15 +362,16 @@ class CrossVocabularySamplingDrafter(CrossTokenizerDrafter):
                 tokens.append(int(token))
                 rows.append(q)
                 pending = [self._to_draft[int(token)]]  # the same text, as the draft's id
-            self._last = {"length": len(ids), "context": len(context)}
+            self._last = {"length": len(ids), "context": len(draft_ids)}
             probs = None if sampling.is_greedy else torch.stack(rows)  # greedy: a point mass per token
             return Draft(tokens=torch.tensor(tokens, dtype=torch.long, device=self.model.device),
                          probs=probs, forwards=len(tokens))
 
-    def accept(self, sequence_length: int) -> None:
+    def accept(self, context: Context) -> None:
         """Drafted ids map one-to-one to proposed target ids: keep the context and the accepted ones."""
+        sequence_length = context.lengths[0]
         last, self._last = self._last, None
         if last is None:
             return
         accepted = max(0, sequence_length - 1 - last["length"])
-        self.state.crop(last["context"] + accepted)
+        self.state.crop([last["context"] + accepted])

@@ -1,45 +1,57 @@
-"""The classic drafter (Leviathan et al. 2023; Chen et al. 2023): a small model on the target's tokenizer.
+"""The classic drafter (Leviathan et al. 2023; Chen et al. 2023): a small model on the target's tokenizer, drafting a
+chain for one row, chains for a batch of rows, or a token tree, with one KV cache kept across rounds.
 
-It keeps its own KV cache across rounds, so each round costs one small forward per drafted token:
+A chain, row by row (a batch runs the same steps for every row in one forward each):
 
-    round r, sequence = [... committed ..., last]       cache holds a prefix of it (say all but 1 or 2 tokens)
-    forward 1: the tokens the cache lacks  -> logits -> d_1
-    forward i: d_{i-1}                     -> logits -> d_i        (i = 2 .. k)
-    accept(n): crop the cache to n - 1 tokens (drop the rejected drafts; the last committed token, the target's
-               correction or bonus, is not in the cache yet and is fed at the next round)
+    round r, committed [... x_L]          the cache holds a prefix (all but the last one or two tokens, usually)
+    forward 1: the tokens the cache lacks -> logits -> d_1
+    forward i: d_{i-1}                    -> logits -> d_i        (i = 2 .. k; a row that drafted enough gets a hole)
+    accept:    keep x_1 .. x_{L'-1}       (drop the rejected drafts; the target's own token is fed next round)
 
 ``d_k`` itself is never fed during drafting: the next round feeds it (when accepted) with the bonus token.
+
+A token tree of shape ``(b_1, .., b_D)`` (SpecInfer, EAGLE-2's static trees): the root's ``b_1`` most likely next
+tokens, each continued by its ``b_2`` best, and so on; one forward per depth feeds that whole depth with the tree
+attention mask, so a tree of depth D costs D forwards like a chain of D drafts, whatever its width. The deepest
+nodes are never fed. Candidates are deterministic (the top-b), so they are verified as point masses (``probs``
+None), which keeps the target's distribution exactly under sampling. A chain-shaped tree ``(1, .., 1)`` is drafted
+and verified as the chain it is (greedy drafts, point masses): no tree mask, no compaction.
 """
+
+from __future__ import annotations
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from ..core.errors import ConfigError, InputError
-from ..core.forward import check_input_ids
-from ..loading import ModelPair
-from ..core.sampling import SamplingConfig, logits_to_probs, sample_token
+from ..core.drafting import Context, Draft, Drafter
+from ..core.pair import ModelPair
+from ..core.errors import ConfigError
+from ..core.sampling import GREEDY, SamplingConfig, draw
+from ..core.trees import TreeShape
+from ..core.validation import check_input_ids
 from ..core.vocab import require_same_tokenizer, require_vocab_covers
-from .base import Draft, Drafter
 from .cached_model import CachedModel
 from .schedules import DraftStopRule
 
 
+
 class DraftModelDrafter(Drafter):
-    """Draft with a small causal LM that shares the target's tokenizer.
+    """Draft with a small causal LM that shares the target's tokenizer, in any shape (module docstring).
 
     ``DraftModelDrafter(model)`` trusts that ``model`` reads the target's token ids. Pass both tokenizers
-    (``draft_tokenizer=``, ``target_tokenizer=``), or build it with `for_pair`, to have that checked: the
-    tokenizers must agree on token strings (`require_same_tokenizer`) and the model's embedding table must
-    cover the target tokenizer's ids. The model may use another dtype than the target (logits are float32),
-    but must sit on the target's device.
+    (``draft_tokenizer=``, ``target_tokenizer=``), or build it with `for_pair`, to have that checked: the tokenizers
+    must agree on token strings (`require_same_tokenizer`) and the model's embedding table must cover the target
+    tokenizer's ids. The model may use another dtype than the target (logits are float32), but must sit on the
+    target's device. ``stop_rule`` (`specdec_lib.drafters.schedules`) may end a row's draft early.
 
-    Padded embedding tables (hub pairs often differ by padding: 151936 vs 152064 rows) are fine either way: the
-    draft only ever proposes ids the target has (its logits are cut to the target's ``V`` before argmax or
-    sampling, so draft-only ids get no mass), and ``Draft.probs`` rows are over the target's ``V`` ids (zero-padded
-    when the draft's table is the smaller one).
+    Padded embedding tables (hub pairs often differ by padding: 151936 vs 152064 rows) are fine: the draft only
+    ever proposes ids the target has (its logits are cut to the target's ``V`` before argmax or sampling), and
+    ``Draft.probs`` rows are over the target's ``V`` ids (zero-padded when the draft's table is the smaller one).
     """
 
     name = "draft-model"
+    batches = True
+    trees = True
     proposes_target_ids = True  # its logits are cut to the ids both models have before argmax or sampling
 
     def __init__(
@@ -56,25 +68,24 @@ class DraftModelDrafter(Drafter):
                 f"stop_rule must be a DraftStopRule (e.g. ConfidenceStop(0.4)) or None, got {type(stop_rule).__name__}."
             )
         if (draft_tokenizer is None) != (target_tokenizer is None):
-            raise ConfigError(
-                "Pass both draft_tokenizer and target_tokenizer to have the pair checked, or neither."
-            )
+            raise ConfigError("Pass both draft_tokenizer and target_tokenizer to have the pair checked, or neither.")
         if target_tokenizer is not None:
             require_same_tokenizer(target_tokenizer, draft_tokenizer)
             require_vocab_covers(model, target_tokenizer, role="draft")
         self.model = model
-        self.stop_rule = stop_rule  # None: always draft k tokens; else may stop a round early (drafters.schedules)
+        self.stop_rule = stop_rule  # None: always draft k tokens; else may stop a row's draft early
         if stop_rule is not None:
             self.name = f"draft-model+{stop_rule.name}"
-        self.vocab_size = model.get_input_embeddings().num_embeddings  # ids the draft model can read
-        self.state = CachedModel(model, cache_kind)  # its cache is allocated by `begin`, sized to the generation
+        self.state = CachedModel(model, cache_kind)  # allocated by `begin`, sized to the generation
+        self.vocab_size = self.state.vocab_size
         self.target_vocab_size = self.vocab_size
         self._check_ids = True
+        self._tree_start, self._fed_nodes = 0, 0  # the committed length when the last tree was drafted; its fed nodes
 
     @classmethod
-    def for_pair(cls, pair: ModelPair) -> "DraftModelDrafter":
+    def for_pair(cls, pair: ModelPair, **options) -> "DraftModelDrafter":
         """The drafter for ``pair.draft``, after checking it against ``pair.target_tokenizer`` (see the class)."""
-        return cls(pair.draft, draft_tokenizer=pair.draft_tokenizer, target_tokenizer=pair.target_tokenizer)
+        return cls(pair.draft, draft_tokenizer=pair.draft_tokenizer, target_tokenizer=pair.target_tokenizer, **options)
 
     @property
     def cache(self):
@@ -85,71 +96,102 @@ class DraftModelDrafter(Drafter):
     def device(self) -> torch.device:  # type: ignore[override]
         return self.model.device
 
-    def begin(
-        self, input_ids: torch.Tensor, *, max_length: int | None = None, target_vocab_size: int | None = None
-    ) -> None:
-        """Start a new generation: an empty cache sized for ``max_length`` positions (the prompt is read by the
-        first `propose`); drafts and their q cover the target's ``target_vocab_size`` ids (default: the draft's)."""
-        check_input_ids(input_ids, self.model)
-        self.state.reset(max_length)
+    @property
+    def max_positions(self) -> int:
+        return self.state.max_positions
+
+    def begin(self, context: Context, *, max_length: int | None = None, target_vocab_size: int | None = None) -> None:
+        """A new generation: an empty cache for ``context.batch`` rows sized for ``max_length`` positions (the
+        prompts are read by the first `propose`); drafts and their q cover the target's ``target_vocab_size`` ids."""
+        for b in range(context.batch):
+            check_input_ids(context.row(b)[None], self.model)
+        self.state.reset(context.batch, max_length)
         self.target_vocab_size = self.vocab_size if target_vocab_size is None else int(target_vocab_size)
         # ids the target produces fit the draft's table when the target's vocabulary is no larger: no check needed
         self._check_ids = target_vocab_size is None or self.target_vocab_size > self.vocab_size
 
     def _over_target_ids(self, probs: torch.Tensor) -> torch.Tensor:
-        """``probs: [V_kept]`` over the target's ids, zero-padded to the target's V when the draft's table is smaller."""
+        """``probs: [..., V_kept]`` over the target's ids, zero-padded to the target's V when the draft's table is
+        smaller."""
         missing = self.target_vocab_size - probs.shape[-1]
         return torch.nn.functional.pad(probs, (0, missing)) if missing > 0 else probs
 
     @torch.inference_mode()
-    def propose(
-        self, sequence: torch.Tensor, k: int, sampling: SamplingConfig, generator: torch.Generator | None
-    ) -> Draft:
-        """Up to ``k`` tokens continuing ``sequence: LongTensor[1, L]``: argmax (greedy, ``probs=None``) or drawn
-        from ``logits_to_probs(logits, sampling)`` with ``generator`` (those rows, over the target's ids, are
-        ``probs``).
-
-        Fewer than ``k`` when the ``stop_rule`` stops the round early (after the token whose confidence, its
-        probability under the draft, made it stop), or when the draft model's context would overflow (then
-        possibly 0). A stop rule reads one number per drafted token back to the host.
-        """
-        context = sequence[0].to(self.model.device)
-        pending = self.state.sync(context)  # [P], P >= 1: what the cache lacks
-        if self._check_ids and int(pending.max()) >= self.vocab_size:
-            raise InputError(
-                f"The sequence contains token id {int(pending.max())}, outside the draft model's vocabulary of "
-                f"{self.vocab_size}. The draft model must cover every id the target can produce."
-            )
+    def propose(self, context: Context, sampling: SamplingConfig, generator: torch.Generator | None) -> Draft:
+        """Up to ``context.budget[b]`` tokens per row, argmax (greedy, ``probs=None``) or drawn from
+        ``logits_to_probs(logits, sampling)`` (those rows, over the target's ids, are ``probs``); or a tree of
+        ``context.tree``. Fewer when the ``stop_rule`` ends a row early (after the token whose confidence made it
+        stop: one number read back per drafted token) or the draft model's own context would overflow."""
+        if context.tree is not None and any(b > 1 for b in context.tree.branching):
+            return self._propose_tree(context)
+        if context.tree is not None:  # a chain-shaped tree: top-1 candidates, verified as point masses
+            sampling = GREEDY
+        pending = self.state.sync(context, check_ids=self._check_ids)
         # feeding the pending tokens then k - 1 drafts uses positions up to L + k - 2 < max_positions
-        k = max(0, min(k, self.state.max_positions - context.shape[0] + 1))
+        ks = [max(0, min(k, self.max_positions - length + 1)) for k, length in zip(context.budget, context.lengths)]
+        width = max(ks)
+        if width == 0:
+            return Draft.empty(context.batch, self.device)
         kept = min(self.vocab_size, self.target_vocab_size)  # ids both models have: draft-only ids get no mass
-        tokens: list[torch.Tensor] = []  # k' x LongTensor[] (scalars, left on the device)
-        rows: list[torch.Tensor] = []  # k' x FloatTensor[V] (sampling only)
-        confidences: list[float] = []  # the draft's probability of each of its tokens (stop rules only)
-        step_input = pending
-        for _ in range(k):
-            logits = self.state.feed(step_input)[:kept]  # [V_kept]
-            if sampling.is_greedy:
-                token = logits.argmax()  # a point mass: no q row to build
-                probs = None
-            else:
-                probs = logits_to_probs(logits, sampling)  # [V_kept] the q this token is drawn from
-                token = sample_token(probs, generator)
-                rows.append(self._over_target_ids(probs))
+        lengths = list(ks)  # how many each row drafts (a stop rule may end a row sooner)
+        confidences: list[list[float]] = [[] for _ in ks]
+        tokens, rows = [], []
+        logits = self.state.feed(pending)[:, :kept]  # [B, V_kept]
+        for i in range(width):
+            if i:  # feed d_i to the rows that still draft after it (the others get a hole)
+                logits = self.state.step(tokens[-1], [n > i for n in lengths])[:, :kept]
+            token, q = draw(logits, sampling, generator)  # [B], [B, V_kept] | None
             tokens.append(token)
-            step_input = token.view(1)
+            if q is not None:
+                rows.append(self._over_target_ids(q))
             if self.stop_rule is not None:
-                confidence = torch.softmax(logits, -1)[token] if probs is None else probs[token]
-                confidences.append(float(confidence))
-                if self.stop_rule.should_stop(confidences):
+                chosen = (torch.softmax(logits, -1) if q is None else q).gather(1, token[:, None])[:, 0].tolist()
+                for b, confidence in enumerate(chosen):
+                    if lengths[b] > i + 1:
+                        confidences[b].append(confidence)
+                        if self.stop_rule.should_stop(confidences[b]):
+                            lengths[b] = i + 1
+                if max(lengths) <= i + 1:
                     break
-        if not tokens:
-            return Draft.empty(self.model.device)
-        probs = torch.stack(rows) if rows else None
-        return Draft(tokens=torch.stack(tokens), probs=probs, forwards=len(tokens))
+        drafted = len(tokens)
+        probs = torch.stack(rows, dim=1) if rows else None
+        return Draft(torch.stack(tokens, dim=1), probs, forwards=drafted, lengths=lengths)
 
-    def accept(self, sequence_length: int) -> None:
-        """Crop the cache to ``sequence_length - 1`` tokens: everything before the target's last token. What is
-        kept then agrees with the committed sequence (the prompt and the accepted drafts), so it is trusted."""
-        self.state.crop(max(sequence_length - 1, 0))
-        self.state.trust(sequence_length - 1)
+    def _propose_tree(self, context: Context) -> Draft:
+        """A tree of ``context.tree`` after the only row: ``shape.depth`` draft forwards (module docstring)."""
+        shape: TreeShape = context.tree
+        pending = self.state.sync(context, check_ids=self._check_ids)
+        self._tree_start = context.lengths[0]
+        kept = min(self.vocab_size, self.target_vocab_size)
+        level_logits = self.state.feed(pending)[:, :kept]  # [1, V]: after the root
+        level_nodes = [-1]  # the parents of the next depth: the root
+        parents: list[int] = []
+        tokens: list[torch.Tensor] = []
+        forwards = 1
+        for depth, branching in enumerate(shape.branching):
+            candidates = level_logits.topk(branching, dim=-1).indices  # [nodes at this depth, b], best first
+            first_new = len(parents)
+            for parent, children in zip(level_nodes, candidates):
+                parents.extend([parent] * branching)
+                tokens.extend(children)
+            level_nodes = list(range(first_new, len(parents)))
+            if depth + 1 == shape.depth:
+                break  # the deepest nodes have no children to draft
+            new_tokens = torch.stack(tokens[first_new:])  # [nodes at the new depth]
+            level_logits = self.state.feed_tree(new_tokens, parents, first=1 + first_new)[:, :kept]
+            forwards += 1
+        self._fed_nodes = len(parents) - len(level_nodes)
+        return Draft(torch.stack(tokens)[None], None, forwards=forwards, parents=tuple(parents))
+
+    def accept(self, context: Context) -> None:
+        """Keep each row's committed tokens but the last (what its cache held then agrees with the committed
+        sequence, so it is trusted); after a tree round, the accepted path's fed nodes first (the other branches go)."""
+        if context.path is not None:
+            start = self._tree_start
+            self.state.keep_path(start, [start + node for node in context.path if node < self._fed_nodes])
+        keep = [max(length - 1, 0) for length in context.lengths]
+        self.state.crop(keep)
+        self.state.trust(keep)
+
+    def select(self, rows: torch.Tensor) -> None:
+        self.state.select(rows)

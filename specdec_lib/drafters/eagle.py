@@ -38,8 +38,8 @@ from ..core.errors import ConfigError
 from ..core.caches import crop_cache, new_cache
 from ..core.forward import run_layers
 from ..core.paths import data_dir
-from ..core.sampling import SamplingConfig, logits_to_probs, sample_token
-from .base import Draft, Drafter
+from ..core.drafting import Context, Draft, Drafter, TargetOutput
+from ..core.sampling import SamplingConfig, draw
 from .frozen_target import load_drafter
 
 KIND = "eagle"
@@ -149,33 +149,20 @@ class EagleDrafter(Drafter):
     def device(self) -> torch.device:  # type: ignore[override]
         return self.module.device
 
-    def begin(
-        self, input_ids: torch.Tensor, *, max_length: int | None = None, target_vocab_size: int | None = None
-    ) -> None:
+    def begin(self, context: Context, *, max_length: int | None = None, target_vocab_size: int | None = None) -> None:
         """An empty cache sized for ``max_length`` positions; no features observed yet."""
         self.cache = new_cache(self.module, self.cache_kind, max_len=max_length)
         self._pending, self._observed, self._fed = [], 0, 0
 
-    def observe_target(self, hidden: torch.Tensor) -> None:
-        """Queue the true features ``hidden: [n, D]`` of the next n positions (fed at the next `propose`)."""
-        self._pending.append(hidden)
-        self._observed += hidden.shape[0]
-
-    @staticmethod
-    def _draw(logits: torch.Tensor, sampling: SamplingConfig, generator: torch.Generator | None,
-              rows: list[torch.Tensor]) -> torch.Tensor:
-        """One draft from ``logits: [V]``: the argmax (greedy) or a draw from q (appended to ``rows``)."""
-        if sampling.is_greedy:
-            return logits.argmax()
-        probs = logits_to_probs(logits, sampling)  # [V]: the q this draft is drawn from
-        rows.append(probs)
-        return sample_token(probs, generator)
+    def observe_target(self, output: TargetOutput) -> None:
+        """Queue the true features ``output.hidden: [n, D]`` of the next n positions (fed at the next `propose`)."""
+        self._pending.append(output.hidden)
+        self._observed += output.hidden.shape[0]
 
     @torch.inference_mode()
-    def propose(
-        self, sequence: torch.Tensor, k: int, sampling: SamplingConfig, generator: torch.Generator | None
-    ) -> Draft:
-        """Up to ``k`` drafts after ``sequence: LongTensor[1, L]``: feed the new true pairs, then autoregress."""
+    def propose(self, context: Context, sampling: SamplingConfig, generator: torch.Generator | None) -> Draft:
+        """Up to ``context.k`` drafts after the committed sequence: feed the new true pairs, then autoregress."""
+        sequence, k = context.sequence, context.k
         length = sequence.shape[1]
         if self.cache is None or self._observed != length - 1:
             raise ConfigError(
@@ -184,7 +171,7 @@ class EagleDrafter(Drafter):
                 "speculative_generate, which calls observe_target after every target forward."
             )
         if k == 0:
-            return Draft.empty(self.device)
+            return Draft.empty(1, self.device)
         dtype = self.module.fc.weight.dtype
         # 0-based: the new true pairs (h_i, x_{i+1}) for i = fed .. L-2; the output at position L-2 is h^_{L-1}
         features = torch.cat(self._pending).to(device=self.device, dtype=dtype)[None]  # [1, P, D]: h_fed .. h_{L-2}
@@ -195,12 +182,15 @@ class EagleDrafter(Drafter):
         tokens: list[torch.Tensor] = []
         rows: list[torch.Tensor] = []  # sampling only: the q rows
         for step in range(k):
-            tokens.append(self._draw(self.module.logits(predicted), sampling, generator, rows))
+            token, q = draw(self.module.logits(predicted), sampling, generator)  # [], [V] | None
+            tokens.append(token)
+            if q is not None:
+                rows.append(q)
             if step + 1 < k:  # the last draft is never fed: nothing would read its output
-                predicted = self.module(predicted.view(1, 1, -1), tokens[-1].view(1, 1), self.cache)[0, -1]
+                predicted = self.module(predicted.view(1, 1, -1), token.view(1, 1), self.cache)[0, -1]
         return Draft(tokens=torch.stack(tokens), probs=torch.stack(rows) if rows else None, forwards=k)
 
-    def accept(self, sequence_length: int) -> None:
+    def accept(self, context: Context) -> None:
         """Drop the drafted pairs: keep the true ones (the target's features of the accepted drafts arrive through
         `observe_target` and are fed at the next `propose`)."""
         if self.cache is not None:

@@ -16,9 +16,9 @@ starting from the shallow hidden states the drafting already computed:
 
 A round therefore costs k + 1 shallow passes and one pass of the remaining L - E layers over k + 1 tokens, where
 transformers' ``assistant_early_exit`` (which shares only the weights) also re-runs layers 1..E on the drafts
-during verification and keeps a separate cache for the draft. The drafter plugs into `speculative_generate` through
-the ``shares_target_cache`` capability of `Drafter`: the loop lends it the target's cache and lets it run the
-verification forward (`target_forward`), whose logits equal the full model's.
+during verification and keeps a separate cache for the draft. The drafter plugs into the round engine through the
+``shares_target_cache`` capability (`specdec_lib.core.drafting`): the engine lends it the target's cache and lets
+it run the verification forward (`target_forward`), whose logits equal the full model's.
 """
 
 import torch
@@ -27,8 +27,9 @@ from transformers.cache_utils import Cache
 
 from ..core.errors import ConfigError
 from ..core.forward import embed, lm_head_logits, num_layers, run_layers
-from ..core.sampling import SamplingConfig, logits_to_probs, sample_token
-from .base import Draft, Drafter
+from ..core.drafting import Context, Draft, Drafter
+from ..core.sampling import SamplingConfig, draw
+from ..core.validation import check_count
 
 
 class EarlyExitDrafter(Drafter):
@@ -52,11 +53,8 @@ class EarlyExitDrafter(Drafter):
                     f"{type(target).__name__}'s config records no early_exit_layer: pass exit_layer=E "
                     f"(1 <= E < {layers}), the number of its first layers that draft."
                 )
-        if isinstance(exit_layer, bool) or not isinstance(exit_layer, int) or not 1 <= exit_layer < layers:
-            raise ConfigError(
-                f"exit_layer must be an integer with 1 <= exit_layer < {layers} (the target's layers), got "
-                f"{exit_layer!r}: the first exit_layer layers draft, the remaining ones verify."
-            )
+        check_count("exit_layer", exit_layer, minimum=1, maximum=layers - 1,
+                    hint=f"The first exit_layer of the target's {layers} layers draft, the remaining ones verify.")
         self.target = target
         self.exit_layer = exit_layer
         self.num_layers = layers  # L: the verification runs layers exit_layer .. L - 1
@@ -68,30 +66,27 @@ class EarlyExitDrafter(Drafter):
     def device(self) -> torch.device:  # type: ignore[override]
         return self.target.device
 
-    def attach_target_cache(self, cache: Cache) -> None:
-        self._cache = cache
+    def attach_target(self, target_rows) -> None:
+        """The target's `CachedRows` for this generation: its cache is the one this drafter drafts into."""
+        self._cache = target_rows.cache
 
-    def begin(
-        self, input_ids: torch.Tensor, *, max_length: int | None = None, target_vocab_size: int | None = None
-    ) -> None:
+    def begin(self, context: Context, *, max_length: int | None = None, target_vocab_size: int | None = None) -> None:
         self._shallow = []
 
     def _require_cache(self) -> Cache:
         if self._cache is None:
             raise ConfigError(
                 "EarlyExitDrafter drafts into the target's own KV cache: run it through speculative_generate, "
-                "which lends it the cache (attach_target_cache) before the first round."
+                "which lends it the cache (attach_target) before the first round."
             )
         return self._cache
 
-    def propose(
-        self, sequence: torch.Tensor, k: int, sampling: SamplingConfig, generator: torch.Generator | None
-    ) -> Draft:
-        """``k`` tokens from the exit head, each after one pass of layers ``1 .. E`` (written to the shared cache).
-
-        ``sequence: LongTensor[1, L]``; the cache must hold its first ``L - 1`` tokens in every layer (the loop's
-        invariant after each rollback)."""
+    def propose(self, context: Context, sampling: SamplingConfig, generator: torch.Generator | None) -> Draft:
+        """``context.k`` tokens from the exit head, each after one pass of layers ``1 .. E`` (written to the shared
+        cache). The cache must hold every committed token but the last in every layer (the loop's invariant after
+        each rollback)."""
         cache = self._require_cache()
+        sequence, k = context.sequence, context.k
         committed = sequence.shape[1] - 1
         if not cache.get_seq_length(0) == cache.get_seq_length(self.exit_layer) == committed:
             raise ConfigError(
@@ -105,23 +100,21 @@ class EarlyExitDrafter(Drafter):
         for _ in range(k):
             hidden = run_layers(self.target, embed(self.target, token), cache, 0, self.exit_layer)  # [1, 1, D]
             self._shallow.append(hidden)
-            logits = lm_head_logits(self.target, hidden)[0, -1]  # [V]
-            if sampling.is_greedy:
-                token = logits.argmax().view(1, 1)
-            else:
-                probs = logits_to_probs(logits, sampling)  # [V]
-                token = sample_token(probs, generator).view(1, 1)
-                rows.append(probs)
+            chosen, q = draw(lm_head_logits(self.target, hidden)[0, -1], sampling, generator)  # [], [V] | None
+            token = chosen.view(1, 1)
             tokens.append(token)
+            if q is not None:
+                rows.append(q)
         if not tokens:
-            return Draft.empty(self.device)
+            return Draft.empty(1, self.device)
         return Draft(tokens=torch.cat(tokens, dim=1)[0], probs=torch.stack(rows) if rows else None, forwards=k)
 
-    def target_forward(self, step_input: torch.Tensor, cache: Cache, logits_to_keep: int) -> torch.Tensor:
+    def target_forward(self, step_input: torch.Tensor, logits_to_keep: int) -> torch.Tensor:
         """Verify ``step_input: LongTensor[1, 1 + k']`` (last committed token + drafts): layers ``1 .. E`` only on
         the inputs drafting has not fed (``d_k``; all of them when nothing was drafted), then layers
         ``E + 1 .. L`` on every input from its layer-E state. Returns float32 logits ``[1, logits_to_keep, V]``,
         equal to the full target forward's."""
+        cache = self._require_cache()
         fed = cache.get_seq_length(0) - cache.get_seq_length(self.exit_layer)  # inputs already through 1..E
         if fed != len(self._shallow) or fed > step_input.shape[1]:
             raise ConfigError(

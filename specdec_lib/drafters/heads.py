@@ -34,8 +34,9 @@ from transformers import PreTrainedModel
 
 from ..core.errors import ConfigError
 from ..core.paths import data_dir
-from ..core.sampling import SamplingConfig, logits_to_probs, sample_token
-from .base import Draft, Drafter
+from ..core.drafting import Context, Draft, Drafter, TargetOutput
+from ..core.sampling import SamplingConfig, draw
+from ..core.validation import check_count
 from .frozen_target import load_drafter
 
 KIND = "medusa-heads"
@@ -47,8 +48,7 @@ class MedusaHeads(nn.Module):
 
     def __init__(self, num_heads: int, hidden_size: int) -> None:
         super().__init__()
-        if isinstance(num_heads, bool) or not isinstance(num_heads, int) or num_heads < 1:
-            raise ConfigError(f"num_heads must be an integer >= 1, got {num_heads!r}.")
+        check_count("num_heads", num_heads, minimum=1)
         self.blocks = nn.ModuleList(nn.Linear(hidden_size, hidden_size) for _ in range(num_heads))
         for block in self.blocks:  # each head starts as the LM head itself (Medusa's initialisation)
             nn.init.zeros_(block.weight)
@@ -104,37 +104,32 @@ class HeadsDrafter(Drafter):
     def device(self) -> torch.device:  # type: ignore[override]
         return self.lm_head.weight.device
 
-    def begin(
-        self, input_ids: torch.Tensor, *, max_length: int | None = None, target_vocab_size: int | None = None
-    ) -> None:
+    def begin(self, context: Context, *, max_length: int | None = None, target_vocab_size: int | None = None) -> None:
         """Forget the last generation's hidden state (the heads need no buffers)."""
         self._last, self._observed = None, 0
 
-    def observe_target(self, hidden: torch.Tensor) -> None:
-        """Keep the last row of ``hidden: [n, D]``: the state whose LM-head output is the newest committed token."""
-        self._last = hidden[-1]
-        self._observed += hidden.shape[0]
+    def observe_target(self, output: TargetOutput) -> None:
+        """Keep the last row of ``output.hidden: [n, D]``: the state whose LM-head output is the newest committed
+        token."""
+        self._last = output.hidden[-1]
+        self._observed += output.hidden.shape[0]
 
     @torch.inference_mode()
-    def propose(
-        self, sequence: torch.Tensor, k: int, sampling: SamplingConfig, generator: torch.Generator | None
-    ) -> Draft:
-        """Heads 1 .. min(k, K) on ``h_{L-1}`` propose ``x_{L+1} ..`` for ``sequence: LongTensor[1, L]``."""
-        if self._last is None or self._observed != sequence.shape[1] - 1:
+    def propose(self, context: Context, sampling: SamplingConfig, generator: torch.Generator | None) -> Draft:
+        """Heads 1 .. min(k, K) on ``h_{L-1}`` propose ``x_{L+1} ..`` after the committed ``x_1 .. x_L``."""
+        length = context.sequence.shape[1]
+        if self._last is None or self._observed != length - 1:
             raise ConfigError(
                 f"HeadsDrafter drafts from the target's hidden states, which cover {self._observed} positions, but "
-                f"the sequence has {sequence.shape[1]} tokens (they must cover all but the last). Run it through "
+                f"the sequence has {length} tokens (they must cover all but the last). Run it through "
                 "speculative_generate, which calls observe_target after every target forward."
             )
-        count = min(k, self.heads.num_heads)
+        count = min(context.k, self.heads.num_heads)
         if count == 0:
-            return Draft.empty(self.device)
+            return Draft.empty(1, self.device)
         hidden = self._last.to(self.lm_head.weight.dtype)
-        logits = self.lm_head(self.heads(hidden, count)).float()  # [count, V]
-        if sampling.is_greedy:
-            return Draft(tokens=logits.argmax(dim=-1), probs=None)
-        probs = logits_to_probs(logits, sampling)  # [count, V]: the q each draft is drawn from
-        return Draft(tokens=sample_token(probs, generator), probs=probs)
+        tokens, probs = draw(self.lm_head(self.heads(hidden, count)).float(), sampling, generator)  # [count] ...
+        return Draft(tokens=tokens, probs=probs)
 
 
 def default_heads_folder() -> Path:

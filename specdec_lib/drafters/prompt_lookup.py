@@ -23,19 +23,20 @@ The draft is a point mass (``Draft.probs=None``): exact verification accepts dra
 Unlike transformers, the draft is not cut at an end-of-sequence token: `speculative_generate` itself stops
 right after an accepted EOS, so copying one is safe (and accepting it saves the target's forward).
 
-Cost: one pass over the Python list of the sequence to find the earlier occurrences of its last token, then
-at most ``max_ngram`` comparisons per occurrence: about 50 µs per round at 256 tokens of the grounded prompts and
-75 µs at 512 (``tolist()`` and the draft tensor included; measured on this course's 2-core CPU while busy), against
-about 25 ms for one forward of the embedded target: drafting is free next to verification.
+Cost: one pass over the Python list of the sequence to find the earlier occurrences of its last token, then at
+most ``max_ngram`` comparisons per occurrence, O(L · max_ngram) in Python with no model: next to one forward of
+the target, drafting is free (the drafters bench times it, `specdec_lib.bench.drafters`).
 """
 
 from collections.abc import Sequence
 
 import torch
 
-from ..core.errors import ConfigError, InputError
+from ..core.drafting import Context, Draft, Drafter
+from ..core.errors import ConfigError
+from ..core.rows import PAD_ID
 from ..core.sampling import SamplingConfig
-from .base import Draft, Drafter
+from ..core.validation import check_count
 
 RULES = ("first", "longest-earliest", "latest")
 
@@ -43,11 +44,8 @@ RULES = ("first", "longest-earliest", "latest")
 def check_ngram_settings(min_ngram: object, max_ngram: object, rule: object) -> None:
     """Refuse n-gram sizes that are not integers with ``1 <= min_ngram <= max_ngram``, and an unknown rule."""
     for name, value in (("min_ngram", min_ngram), ("max_ngram", max_ngram)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigError(
-                f"{name} (an n-gram length, in tokens) must be an integer >= 1, got {value!r}. "
-                "Typical values: min_ngram=1, max_ngram=3."
-            )
+        check_count(f"{name} (an n-gram length, in tokens)", value, minimum=1,
+                    hint="Typical values: min_ngram=1, max_ngram=3.")
     if max_ngram < min_ngram:  # type: ignore[operator]
         raise ConfigError(
             f"max_ngram={max_ngram} is below min_ngram={min_ngram}: lookup tries n from max_ngram down to "
@@ -107,50 +105,41 @@ class PromptLookupDrafter(Drafter):
     transformers and vLLM, alias ``"longest-earliest"``) or ``"latest"``. ``max_continuation`` caps the draft
     below the round's ``k`` (None: ``k``, which `speculative_generate` sets to ``gamma``).
 
-    The defaults (1, 3, "first") were chosen by target forwards saved on the embedded pair (greedy, 8 prompts of
-    each prompt set, 64 new tokens, gamma 8; 1536 tokens, 1536 forwards without drafting): "first" needed 612
-    target forwards, "latest" 615 (better on grounded and code prompts, worse on prose: a tie, so the standard
-    rule); ``max_ngram`` 2 needed 632 and 4 needed 606 (3 is within 1% of 4); ``min_ngram=2`` needed 688: a
-    1-token match is a weak guess, but a rejected draft only costs a few more positions in a forward the target
-    runs anyway, while a round without a draft emits a single token.
+    The defaults (1, 3, "first") are transformers' rule and n-gram range: a 1-token match is a weak guess, but a
+    rejected draft only costs a few more positions in a forward the target runs anyway, while a round without a
+    draft emits a single token, so drafting on short matches pays (the drafters bench compares the settings).
 
     It runs no model (``device`` None, ``Draft.forwards`` 0) and its drafts are point masses (``probs`` None),
     so it works under greedy and sampled verification alike.
     """
 
     name = "prompt-lookup"
+    batches = True
     proposes_target_ids = True  # copies of tokens already in the sequence
 
     def __init__(
         self, *, min_ngram: int = 1, max_ngram: int = 3, max_continuation: int | None = None, rule: str = "first"
     ) -> None:
         check_ngram_settings(min_ngram, max_ngram, rule)
-        if max_continuation is not None and (
-            isinstance(max_continuation, bool) or not isinstance(max_continuation, int) or max_continuation < 1
-        ):
-            raise ConfigError(
-                f"max_continuation (the most tokens one draft copies) must be an integer >= 1 or None (no cap "
-                f"below gamma), got {max_continuation!r}."
-            )
+        if max_continuation is not None:
+            check_count("max_continuation (the most tokens one draft copies)", max_continuation, minimum=1,
+                        hint="None: no cap below gamma.")
         self.min_ngram = min_ngram
         self.max_ngram = max_ngram
         self.max_continuation = max_continuation
         self.rule = rule
 
-    def propose(
-        self, sequence: torch.Tensor, k: int, sampling: SamplingConfig, generator: torch.Generator | None
-    ) -> Draft:
-        """Up to ``min(k, max_continuation)`` tokens copied from ``sequence: LongTensor[1, L]`` (see
-        `find_continuation`); an empty draft when nothing recurs. ``sampling`` and ``generator`` are unused: the
-        copy is the same whatever the temperature, and verification treats it as a point mass."""
-        if sequence.ndim != 2 or sequence.shape[0] != 1:
-            raise InputError(
-                f"PromptLookupDrafter.propose expects a LongTensor[1, L] (batch size 1), got shape "
-                f"{list(sequence.shape)}."
-            )
-        if self.max_continuation is not None:
-            k = min(k, self.max_continuation)
-        tokens = find_continuation(
-            sequence[0].tolist(), k, min_ngram=self.min_ngram, max_ngram=self.max_ngram, rule=self.rule
-        )
-        return Draft(tokens=torch.tensor(tokens, dtype=torch.long))
+    def propose(self, context: Context, sampling: SamplingConfig, generator: torch.Generator | None) -> Draft:
+        """Per row, up to ``min(budget, max_continuation)`` tokens copied from its committed tokens (see
+        `find_continuation`); an empty row when nothing recurs. ``sampling`` and ``generator`` are unused: the copy
+        is the same whatever the temperature, and verification treats it as a point mass."""
+        copies = []
+        for b, k in enumerate(context.budget):
+            if self.max_continuation is not None:
+                k = min(k, self.max_continuation)
+            copies.append(find_continuation(context.row(b).tolist(), k, min_ngram=self.min_ngram,
+                                            max_ngram=self.max_ngram, rule=self.rule))
+        tokens = torch.full((len(copies), max(map(len, copies))), PAD_ID, dtype=torch.long)
+        for b, copy in enumerate(copies):
+            tokens[b, : len(copy)] = torch.tensor(copy, dtype=torch.long)
+        return Draft(tokens, lengths=[len(copy) for copy in copies])

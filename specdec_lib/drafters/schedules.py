@@ -28,12 +28,14 @@ choice for the drafted positions). The tests check both.
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from dataclasses import replace
 
 import torch
 
 from ..core.errors import ConfigError
+from ..core.drafting import Context, Draft, Drafter, WrappedDrafter
 from ..core.sampling import SamplingConfig
-from .base import Draft, Drafter, WrappedDrafter
+from ..core.validation import check_count
 
 
 class DraftStopRule(ABC):
@@ -98,8 +100,8 @@ class HeuristicSchedule(WrappedDrafter):
 
     def __init__(self, inner: Drafter, initial: int | None = None) -> None:
         super().__init__(inner)
-        if initial is not None and (isinstance(initial, bool) or not isinstance(initial, int) or initial < 1):
-            raise ConfigError(f"initial (the first draft length) must be an integer >= 1 or None, got {initial!r}.")
+        if initial is not None:
+            check_count("initial (the first draft length)", initial, minimum=1, hint="None: the loop's gamma.")
         self.initial = initial
         self.length: int | None = initial  # the draft length of the next round (None: not set yet)
         self.lengths: list[int] = []  # the draft length of every round so far, for plots
@@ -108,23 +110,22 @@ class HeuristicSchedule(WrappedDrafter):
 
     name = property(lambda self: f"{getattr(self.inner, 'name', type(self.inner).__name__)}+heuristic")  # type: ignore[assignment]
 
-    def begin(self, input_ids: torch.Tensor, **limits) -> None:
+    def begin(self, context: Context, **limits) -> None:
         self.length, self.lengths, self._drafted = self.initial, [], 0
-        super().begin(input_ids, **limits)
+        super().begin(context, **limits)
 
-    def propose(
-        self, sequence: torch.Tensor, k: int, sampling: SamplingConfig, generator: torch.Generator | None
-    ) -> Draft:
+    def propose(self, context: Context, sampling: SamplingConfig, generator: torch.Generator | None) -> Draft:
         if self.length is None:
-            self.length = k
-        draft = self.inner.propose(sequence, min(k, self.length), sampling, generator)
-        self._proposed_at, self._drafted = sequence.shape[1], len(draft)
+            self.length = context.k
+        capped = replace(context, budget=[min(context.k, self.length)])
+        draft = self.inner.propose(capped, sampling, generator)
+        self._proposed_at, self._drafted = context.lengths[0], len(draft)
         self.lengths.append(len(draft))
         return draft
 
-    def accept(self, sequence_length: int) -> None:
-        if self._drafted:  # the prefill's accept and empty drafts say nothing about acceptance
-            accepted = sequence_length - self._proposed_at - 1
+    def accept(self, context: Context) -> None:
+        if self._drafted:  # empty drafts say nothing about acceptance
+            accepted = context.lengths[0] - self._proposed_at - 1
             self.length = self.length + 2 if accepted >= self._drafted else max(1, self.length - 1)
             self._drafted = 0
-        super().accept(sequence_length)
+        super().accept(context)

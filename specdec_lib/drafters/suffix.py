@@ -30,11 +30,10 @@ tree** the sequences passed to `SuffixDrafter.remember` (earlier answers: a repe
 from its previous answer).
 The draft is a point mass (``probs`` None): its counts are not a distribution over the target's vocabulary.
 
-Cost per round (measured on this course's 2-core CPU while busy, depth 24, k = 8, grounded prompts): appending
-a committed token updates the at most ``max_depth`` suffixes ending at it (O(max_depth) dictionary operations);
-matching walks each suffix of up to ``max_depth`` tokens from the root (O(max_depth^2)) and drafting walks up to
-``k`` nodes per match length: about 0.3 ms per round in all (under 1 ms), against about 25 ms for one forward of
-the embedded target. The first `propose` inserts the prompt, O(T * max_depth): about 5 ms for 200 tokens.
+Cost per round: appending a committed token updates the at most ``max_depth`` suffixes ending at it
+(O(max_depth) dictionary operations); matching walks each suffix of up to ``max_depth`` tokens from the root
+(O(max_depth^2)) and drafting walks up to ``k`` nodes per match length. No model runs: next to one forward of the
+target this is small. The first `propose` inserts the prompt, O(T · max_depth).
 """
 
 from collections.abc import Sequence
@@ -42,9 +41,10 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..core.drafting import Context, Draft, Drafter
 from ..core.errors import ConfigError, InputError
 from ..core.sampling import SamplingConfig
-from .base import Draft, Drafter
+from ..core.validation import check_count
 
 
 @dataclass
@@ -186,11 +186,8 @@ class SuffixDrafter(Drafter):
     def __init__(
         self, *, max_depth: int = 24, min_probability: float = 0.1, max_spec_factor: float | None = None
     ) -> None:
-        if isinstance(max_depth, bool) or not isinstance(max_depth, int) or max_depth < 2:
-            raise ConfigError(
-                f"max_depth (the longest suffix the tree stores, in tokens) must be an integer >= 2, got "
-                f"{max_depth!r}. Arctic Inference uses 24 (the default)."
-            )
+        check_count("max_depth (the longest suffix the tree stores, in tokens)", max_depth, minimum=2,
+                    hint="Arctic Inference uses 24 (the default).")
         if isinstance(min_probability, bool) or not isinstance(min_probability, (int, float)) or not (
             0 <= min_probability <= 1
         ):
@@ -223,9 +220,7 @@ class SuffixDrafter(Drafter):
             tokens = tokens.reshape(-1).tolist()
         self.history_tree.add_sequence(tokens)
 
-    def begin(
-        self, input_ids: torch.Tensor, *, max_length: int | None = None, target_vocab_size: int | None = None
-    ) -> None:
+    def begin(self, context: Context, *, max_length: int | None = None, target_vocab_size: int | None = None) -> None:
         """A new generation: an empty request tree (the prompt goes in at the first `propose`); history kept."""
         self.request_tree = SuffixTree(self.max_depth)
         self._seen = 0
@@ -242,20 +237,14 @@ class SuffixDrafter(Drafter):
             self.request_tree.append(token)
         self._seen = len(context)
 
-    def propose(
-        self, sequence: torch.Tensor, k: int, sampling: SamplingConfig, generator: torch.Generator | None
-    ) -> Draft:
-        """The best-scoring draft of at most ``k`` tokens from the request and history trees (the request tree
-        on ties) for ``sequence: LongTensor[1, L]``; empty when neither matches with enough probability.
+    def propose(self, context: Context, sampling: SamplingConfig, generator: torch.Generator | None) -> Draft:
+        """The best-scoring draft of at most ``context.k`` tokens from the request and history trees (the request
+        tree on ties) after the committed sequence; empty when neither matches with enough probability.
         ``sampling`` and ``generator`` are unused (a point mass, verified as such)."""
-        if sequence.ndim != 2 or sequence.shape[0] != 1:
-            raise InputError(
-                f"SuffixDrafter.propose expects a LongTensor[1, L] (batch size 1), got shape {list(sequence.shape)}."
-            )
-        context = sequence[0].tolist()
-        self._sync(context)
-        tail = context[-self.max_depth :]
+        committed = context.sequence[0].tolist()
+        self._sync(committed)
+        tail = committed[-self.max_depth :]
         options = dict(min_probability=self.min_probability, max_spec_factor=self.max_spec_factor)
-        drafts = [tree.speculate(tail, k, **options) for tree in (self.request_tree, self.history_tree)]
+        drafts = [tree.speculate(tail, context.k, **options) for tree in (self.request_tree, self.history_tree)]
         best = max(drafts, key=lambda draft: draft.score)  # the first of equals: the request tree
         return Draft(tokens=torch.tensor(best.tokens, dtype=torch.long))

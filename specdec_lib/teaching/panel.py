@@ -20,10 +20,10 @@ from ..bench.methods import Autoregressive, GenerationSpec, Speculative, resolve
 from ..bench.protocol import timed_run
 from ..bench.report import pooled_trace
 from ..core.errors import ConfigError
-from ..loading import ModelPair
+from ..core.pair import ModelPair
 from ..prompts import TASKS
 from ..core.sampling import GREEDY, SamplingConfig
-from ..core.speculative import check_gamma
+from ..core.validation import check_gamma
 from ..core.theory import expected_tokens_per_round
 from ..core.trace import mean_acceptance_length, per_position_acceptance, per_token_acceptance
 

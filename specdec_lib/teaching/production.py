@@ -164,7 +164,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("stop drafting below a confidence", (_ours("ConfidenceStop", module="specdec_lib.drafters"),),
             (_generation("assistant_confidence_threshold"),), {"vLLM": None, "SGLang": None, "TensorRT-LLM": None}),
     Setting("disable speculation above a batch size",
-            (_ours("batched_speculative_generate", "disable_by_batch_size", "specdec_lib.core.batched_speculative"),), (), {
+            (_ours("batched_speculative_generate", "disable_by_batch_size", "specdec_lib.decoders"),), (), {
                 "vLLM": RuntimeName(f'{_SPEC}: "disable_by_batch_size"', VLLM_CONFIG,
                                     note="counts enqueued requests; measure that your version honours it"),
                 "SGLang": None,

@@ -1,8 +1,9 @@
 """Pictures of speculative decoding: what happened to every drafted token, and the two standard plots.
 
 - **Round views.** `trace_rounds` runs the library's own `speculative_generate` and returns, next to its
-  result, one `RoundView` per target forward: the tokens the drafter proposed, how many the target accepted,
-  and the token the target added, with the round's `RoundRecord.kind` (prefill, target, recovered or bonus).
+  result, one `RoundView` per target forward, read from the trace (`views_from_run`): the tokens the drafter
+  proposed, how many the target accepted, and the token the target added, with the round's `RoundRecord.kind`
+  (prefill, target, recovered or bonus).
   `render_rounds_html` colours them:
 
       accepted draft tokens        green
@@ -31,13 +32,14 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..drafters.base import Draft, Drafter, WrappedDrafter
+from ..core.drafting import Drafter
 from ..core.errors import ConfigError
-from ..core.sampling import SamplingConfig
-from ..core.speculative import speculative_generate
+from ..core.validation import check_count
+from ..decoders import speculative_generate
 from ..core.stopping import AUTO
 from ..core.theory import expected_tokens_per_round
-from ..core.trace import GenerationResult, RoundKind
+from ..core.result import GenerationResult
+from ..core.trace import RoundKind
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.axes import Axes
@@ -108,54 +110,24 @@ _KIND_RULES = {
 }
 
 
-class _RecordingDrafter(WrappedDrafter):
-    """Wraps a drafter and writes down every draft it proposes, keyed by the sequence length it continued.
-
-    Each round starts from a longer sequence than the last (a round emits at least one token), so the
-    committed length identifies the round. Behaviour is untouched: every call is passed through.
-    """
-
-    def __init__(self, inner: Drafter) -> None:
-        super().__init__(inner)
-        self.proposals: dict[int, list[int]] = {}
-
-    def begin(self, input_ids: torch.Tensor, **limits) -> None:
-        self.proposals.clear()
-        self.inner.begin(input_ids, **limits)
-
-    def propose(
-        self, sequence: torch.Tensor, k: int, sampling: SamplingConfig, generator: torch.Generator | None
-    ) -> Draft:
-        draft = self.inner.propose(sequence, k, sampling, generator)
-        self.proposals[sequence.shape[1]] = draft.tokens.tolist()
-        return draft
-
-
-def views_from_run(result: GenerationResult, proposals: dict[int, list[int]]) -> list[RoundView]:
-    """Rebuild one `RoundView` per round from a speculative run and the drafts proposed during it.
-
-    ``proposals`` maps the committed sequence length at which a draft was proposed to its token ids (what
-    `trace_rounds` records). The accepted counts and each round's kind (`RoundRecord.kind`: prefill, target,
-    recovered or bonus) come from the run's trace, the target's tokens from its output sequence; the function
-    checks that the three agree (the accepted drafts must be the tokens that were committed) and raises
-    `ConfigError` otherwise.
-    """
+def views_from_run(result: GenerationResult) -> list[RoundView]:
+    """One `RoundView` per round of a one-row run: the drafts each `RoundRecord` keeps (``draft_tokens``), how many
+    the target accepted and each round's kind, the target's token from the output sequence. Checks that they agree
+    (the accepted drafts must be the committed tokens) and raises `ConfigError` otherwise."""
     tokens = result.sequence[0].tolist()
     length = result.prompt_length
     views = []
     for index, record in enumerate(result.trace.rounds):
-        draft = proposals.get(length, []) if record.drafted else []
+        draft = list(record.draft_tokens)
         if len(draft) != record.drafted:
-            raise ConfigError(
-                f"Round {index + 1} drafted {record.drafted} tokens according to the trace, but {len(draft)} were "
-                f"recorded at sequence length {length}: the proposals do not belong to this run."
-            )
+            raise ConfigError(f"Round {index + 1} drafted {record.drafted} tokens according to the trace, but it keeps "
+                              f"{len(draft)} draft tokens: the trace contradicts itself.")
         committed = tokens[length : length + record.emitted]
         kept_drafts = min(record.accepted, record.emitted)
         if committed[:kept_drafts] != draft[:kept_drafts]:
             raise ConfigError(
                 f"Round {index + 1}: the accepted drafts {draft[:kept_drafts]} are not the committed tokens "
-                f"{committed[:kept_drafts]}: the proposals do not belong to this run."
+                f"{committed[:kept_drafts]}: the trace does not belong to this sequence."
             )
         target_token = committed[record.accepted] if record.emitted > record.accepted else None
         views.append(RoundView(tuple(draft), record.accepted, target_token, record.kind))
@@ -172,17 +144,12 @@ def trace_rounds(
     max_new_tokens: int,
     eos_token_id: int | Sequence[int] | str | None = AUTO,
 ) -> tuple[GenerationResult, list[RoundView]]:
-    """Run greedy `speculative_generate` and also return what each round drafted, accepted and added.
-
-    The run is the library's own (same tokens, same trace, same stopping: ``eos_token_id="auto"`` stops at the
-    target's EOS, None never stops early); the drafter is only wrapped so that every draft it proposes is written
-    down, and `views_from_run` pairs the drafts with the trace and the output.
-    """
-    recorder = _RecordingDrafter(drafter)
+    """Run greedy `speculative_generate` and also return what each round drafted, accepted and added (the run's own
+    trace, read by `views_from_run`; ``eos_token_id="auto"`` stops at the target's EOS, None never stops early)."""
     result = speculative_generate(
-        target, recorder, input_ids, gamma=gamma, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id
+        target, drafter, input_ids, gamma=gamma, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id
     )
-    return result, views_from_run(result, recorder.proposals)
+    return result, views_from_run(result)
 
 
 # --- HTML --------------------------------------------------------------------------------------------------
@@ -258,8 +225,8 @@ def rounds_upto_html(views: Sequence[RoundView], tokenizer: Any, n: int) -> str:
 
     ``tokenizer`` needs only ``decode(list[int]) -> str``; token texts are HTML-escaped.
     """
-    if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= len(views):
-        raise ConfigError(f"n must be an integer between 0 and the number of rounds ({len(views)}), got {n!r}.")
+    check_count("n (the rounds to show)", n, minimum=0, maximum=len(views),
+                hint=f"0 shows none; {len(views)}, the number of rounds, shows them all.")
     rows = "".join(_round_row(view, number, tokenizer) for number, view in enumerate(views[:n], start=1))
     emitted = sum(len(view.emitted) for view in views[:n])
     total = (

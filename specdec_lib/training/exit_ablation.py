@@ -27,13 +27,13 @@ from pathlib import Path
 
 import torch
 
-from ..core.baseline import autoregressive_generate
+from ..decoders import autoregressive_generate
 from ..core.devices import torch_threads
 from ..drafters.early_exit import EarlyExitDrafter
 from ..loading import load_embedded
 from ..core.paths import REPO_DATA_DIR
 from ..prompts import load_prompts
-from ..core.speculative import speculative_generate
+from ..decoders import speculative_generate
 from ..core.trace import Trace, mean_acceptance_length, per_token_acceptance
 from .corpus import collect_stdlib_sources, split_files
 from .measure import encode_prompts

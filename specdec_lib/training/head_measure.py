@@ -19,14 +19,15 @@ from __future__ import annotations
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from ..drafters.base import Drafter
+from ..core.drafting import Context, Drafter, TargetOutput
 from ..drafters.eagle import EagleDrafter, EagleModule
 from ..drafters.heads import MedusaHeads
 from ..prompts import load_prompts
 from ..core.sampling import GREEDY
-from ..core.speculative import speculative_generate
+from ..decoders import speculative_generate
 from ..core.trace import (Trace, acceptance_rate, mean_acceptance_length, per_position_acceptance, per_token_acceptance,
-                     summarize, tokens_per_target_forward)
+                     tokens_per_target_forward)
+from ..core.result import summarize
 from .measure import encode_prompts
 
 
@@ -67,14 +68,15 @@ def eagle_accuracy(module: EagleModule, features: torch.Tensor, tokens: torch.Te
     hits, chain, positions = torch.zeros(steps), torch.zeros(steps), 0
     for window, x in zip(features, tokens):
         sequence = x[None]  # [1, T + 1]
-        drafter.begin(sequence[:, :1])
-        drafter.observe_target(window[:1])  # h_0
+        drafter.begin(Context.of(sequence[:, :1]))
+        drafter.observe_target(TargetOutput(window[:0], window[:1], 0))  # h_0
         for length in range(2, x.shape[0] - steps + 1):  # committed x_0 .. x_{L-1}; features h_0 .. h_{L-2}
-            draft = drafter.propose(sequence[:, :length], steps, GREEDY, None)
-            correct = (draft.tokens == x[length : length + steps]).float()  # against x_L .. x_{L+steps-1}
+            draft = drafter.propose(Context.of(sequence[:, :length], steps), GREEDY, None)
+            correct = (draft.row() == x[length : length + steps]).float()  # against x_L .. x_{L+steps-1}
             hits, chain, positions = hits + correct, chain + correct.cumprod(0), positions + 1
-            drafter.observe_target(window[length - 1 : length])  # the target commits x_L: one true feature more
-            drafter.accept(length + 1)
+            # the target commits x_L: one true feature more
+            drafter.observe_target(TargetOutput(window[:0], window[length - 1 : length], 0))
+            drafter.accept(Context.of(sequence[:, : length + 1]))
     return {"positions": positions, "top1": _rounded(hits / positions), "chain": _rounded(chain / positions)}
 
 

@@ -25,12 +25,12 @@ import time
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from ..core.baseline import autoregressive_generate
-from ..core.batching import batched_autoregressive_generate
+from ..decoders import autoregressive_generate
+from ..decoders import batched_autoregressive_generate
 from ..core.devices import synchronize
 from ..core.forward import forward_with_cache
 from ..core.caches import crop_cache, new_cache
-from ..core.trace import GenerationResult
+from ..core.result import GenerationResult
 from .model_training import sample_windows
 
 
@@ -61,8 +61,8 @@ def interleaved_forward_costs(jobs: dict, *, turns: int = 5, repeats: int = 20) 
     """Median seconds of one cached forward for each job, the jobs taking turns.
 
     jobs: ``{name: (model, context_ids [1, T], block)}``, each timed by `forward_cost`. A shared machine speeds up
-    and slows down from minute to minute: on a 2-core VM, timed one after the other, the target's 8-token forward
-    came out at 0.97 of its one-token forward (measured), which no model does. ``turns`` rounds of ``repeats`` forwards
+    and slows down from minute to minute: timed one after the other, a target's 8-token forward can come out cheaper
+    than its one-token forward, which no model does. ``turns`` rounds of ``repeats`` forwards
     per job, the jobs in turn, let a busy moment hit all of them alike, so their *ratios* (c, verification costs)
     hold. Returns ``{name: median over the turns of each turn's median}``."""
     times: dict = {name: [] for name in jobs}

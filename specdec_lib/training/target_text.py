@@ -13,7 +13,7 @@ Draft B, on another tokenizer, cannot be distilled token by token (its ids mean 
 the same text re-tokenised (`retokenize_stream`), which is sequence-level distillation in its plainest form.
 
 The continuations are greedy, from random windows of the training split, and generated in batches with the
-library's batched baseline (`specdec_lib.core.batching.batched_autoregressive_generate`: each row's tokens are what the
+library's batched baseline (`specdec_lib.decoders.batched_autoregressive_generate`: each row's tokens are what the
 target writes for that prompt alone). The result is one token stream (EOS between sequences) that
 `model_training.sample_windows` cuts windows from, like the corpus stream.
 """
@@ -25,7 +25,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
-from ..core.batching import batched_autoregressive_generate
+from ..decoders import batched_autoregressive_generate
 from .model_training import sample_windows
 from .tokenizer_training import tokenize_texts
 

@@ -15,7 +15,8 @@ from typing import Any
 import torch
 
 from ...core.theory import expected_speedup, expected_tokens_per_round
-from ...core.trace import GenerationResult, RoundRecord, Trace
+from ...core.result import GenerationResult
+from ...core.trace import RoundRecord, Trace
 from ...core.verify import verify_greedy
 from .core import Case, CheckReport, check_choice, close, describe, is_number, mismatch, run_cases
 
@@ -181,7 +182,7 @@ def _run(rounds: list[tuple[int, int, str]], prompt_length: int = 5) -> Generati
     new = sum(record.emitted for record in records)
     sequence = torch.arange(prompt_length + new).view(1, -1) % 7  # [1, T + N]: the ids do not matter here
     trace = Trace(start_time=0.0, token_times=[0.0] * new, rounds=records)
-    return GenerationResult(sequence, prompt_length, "speculative[hand-made]", trace)
+    return GenerationResult.single(sequence, prompt_length, "speculative[hand-made]", trace)
 
 
 def _forwards_cases() -> list[Case]:

@@ -1,0 +1,183 @@
+"""A model and its KV cache for B rows: the state the round engine keeps for the target, and the model drafters for
+their draft model.
+
+Speculative decoding appends a block of tokens to a model's cache in one forward, then rolls the cache back past
+the first rejected draft; in a batch every row keeps a different number. `CachedRows` does that bookkeeping once:
+
+    cache      one transformers Cache of S slots per row (the batch is one tensor, so every row has S slots)
+    mask       BoolTensor[B, S]: which slots hold a real token of that row; None while every slot of every row
+               does (one row, or rows that never diverged), and the forward is then the plain causal one
+    forward    append T slots per row; ``valid: BoolTensor[B, T]`` marks the real ones, the others are holes
+    truncate   row b keeps its first ``keep[b]`` real slots: the rollback past rejected drafts
+    keep_path  (one row) keep the first n slots, then only the chosen later ones: the rollback after a token tree
+    select     only some rows go on (finished rows leave the batch)
+
+**Slots and holes.** A *hole* is a slot whose mask is 0: left padding of a shorter prompt, a rejected draft, the
+padding of a shorter draft. No real token attends to a hole, and positions count real slots only (``cumsum(mask) -
+1``), so each row's tokens get exactly the positions, hence the rotary phases, they would get alone:
+
+    prompts   [5 17 42 3]   [9 4]          mask [1 1 1 1]   positions 0 1 2 3
+                                                [0 0 1 1]             0 0 0 1     (padding: position 0, never read)
+    a round   c d1 d2       z e1 --         row 1 keeps d1, row 2 rejects e1: the later slots of each become holes
+
+Slots that are holes in every row are removed (a crop at the tail, a compaction otherwise), so the cache grows by
+the longest block kept per round, not by the widest draft. ``kind="none"`` keeps no cache at all: every forward
+re-reads the whole sequence (the baseline that shows what a KV cache saves). Every forward goes through
+`specdec_lib.core.forward.run_model`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from transformers import PreTrainedModel
+
+from .caches import cache_length, compact_cache, crop_cache, new_cache
+from .errors import ConfigError
+from .forward import run_model
+from .trees import tree_attention_mask, tree_position_ids
+
+PAD_ID = 0  # the id fed into holes; any id the model can read would do, since no real token attends to a hole
+ROW_KINDS = ("dynamic", "preallocated", "none")
+
+
+def left_pad(prompts: Sequence[torch.Tensor], pad_id: int = PAD_ID) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """B prompts (``LongTensor[T_b]`` or ``[1, T_b]``) left-padded to ``input_ids: LongTensor[B, T]``, ``T = max T_b``
+    (every last prompt token in the last column, so one ``logits_to_keep=1`` forward gives every row's next token),
+    and ``valid: BoolTensor[B, T]`` (False on the padding; None when no row is padded)."""
+    rows = [prompt.reshape(-1) for prompt in prompts]
+    width = max(row.shape[0] for row in rows)
+    if all(row.shape[0] == width for row in rows):
+        return torch.stack(rows), None
+    input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long, device=rows[0].device)
+    for b, row in enumerate(rows):
+        input_ids[b, width - row.shape[0]:] = row
+    lengths = torch.tensor([row.shape[0] for row in rows], device=rows[0].device)
+    return input_ids, torch.arange(width, device=rows[0].device) >= width - lengths[:, None]
+
+
+def positions_from_mask(mask: torch.Tensor) -> torch.Tensor:
+    """``LongTensor[B, S]``: each slot's position, the number of real slots before it in its row (``cumsum(mask) -
+    1``, 0 on leading holes)."""
+    return (mask.long().cumsum(dim=-1) - 1).clamp_min(0)
+
+
+class CachedRows:
+    """``model`` with a KV cache for ``batch`` rows (module docstring). ``kind``: ``"dynamic"`` (default),
+    ``"preallocated"`` (one row; ``max_len`` slots allocated now, `specdec_lib.core.caches`) or ``"none"`` (one row,
+    no cache: every forward re-reads the whole sequence)."""
+
+    def __init__(self, model: PreTrainedModel, batch: int = 1, *, kind: str = "dynamic",
+                 max_len: int | None = None) -> None:
+        if kind not in ROW_KINDS:
+            raise ConfigError(f"cache kind must be one of {ROW_KINDS}, got {kind!r}.")
+        if kind != "dynamic" and batch != 1:
+            raise ConfigError(f"A {kind!r} cache holds one row; use cache_kind='dynamic' for a batch of {batch}.")
+        self.model, self.batch, self.kind = model, batch, kind
+        self.cache = None if kind == "none" else new_cache(model, kind, max_len=max_len)
+        self.fed = torch.empty(1, 0, dtype=torch.long, device=model.device)  # kind "none": what was read so far
+        self.mask: torch.Tensor | None = None  # [B, S] once some row holds a hole
+
+    @property
+    def capacity(self) -> int | None:
+        """The slots a pre-allocated cache holds (None: a dynamic cache grows, no cache holds nothing)."""
+        return self.cache.layers[0].max_len if self.kind == "preallocated" else None
+
+    def rewind(self) -> None:
+        """Forget every slot (a new generation reusing the storage: a pre-allocated cache only moves its pointer)."""
+        if self.cache is not None and self.slots:
+            crop_cache(self.cache, 0)
+        self.fed, self.mask = self.fed[:, :0], None
+
+    @property
+    def slots(self) -> int:
+        """S: slots per row (real or holes)."""
+        return self.fed.shape[1] if self.cache is None else cache_length(self.cache)
+
+    @property
+    def real(self) -> torch.Tensor:
+        """``LongTensor[B]``: the real slots of each row (= that row's tokens in the cache = its next position)."""
+        if self.mask is None:
+            return torch.full((self.batch,), self.slots, dtype=torch.long, device=self.model.device)
+        return self.mask.sum(dim=1)
+
+    def forward(self, input_ids: torch.Tensor, valid: torch.Tensor | None = None, *, logits_to_keep: int | None = None,
+                tree: tuple[Sequence[int], int] | None = None,
+                hidden: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Append ``input_ids: LongTensor[B, T]`` and return float32 logits ``[B, T_keep, V]`` of the last
+        ``logits_to_keep`` columns (all T when None) and, with ``hidden=True``, the last layer's normed hidden states
+        ``[B, T, D]`` (else None). ``valid: BoolTensor[B, T]``: the real tokens (None: all of them). ``tree=(parents,
+        first)`` (one row): the inputs are tree positions ``first .. N`` of a token tree (`specdec_lib.core.trees`),
+        with the tree's positions and attention mask instead of the causal ones."""
+        batch, width = input_ids.shape
+        past = self.slots
+        if self.cache is None:  # no cache: read everything again, keep the logits of the new positions
+            self.fed = torch.cat([self.fed, input_ids], dim=1)
+            positions = torch.arange(self.fed.shape[1], device=input_ids.device)[None]
+            logits, states = run_model(self.model, self.fed, None, position_ids=positions,
+                                       logits_to_keep=logits_to_keep or width, hidden=hidden)
+            return logits, None if states is None else states[:, -width:]
+        if tree is not None:
+            parents, first = tree
+            root = past - first  # the root's slot
+            positions = tree_position_ids(parents, root, first, input_ids.device)
+            mask = tree_attention_mask(parents, root, first, dtype=next(self.model.parameters()).dtype,
+                                       device=input_ids.device)  # [1, 1, T, past + T]
+        elif self.mask is None and (valid is None or bool(valid.all())):
+            positions = torch.arange(past, past + width, device=input_ids.device).expand(batch, width)
+            mask = None  # every slot real: the model's own causal mask
+        else:
+            previous = self.mask if self.mask is not None else input_ids.new_ones(batch, past, dtype=torch.bool)
+            new = input_ids.new_ones(batch, width, dtype=torch.bool) if valid is None else valid
+            full = torch.cat([previous, new], dim=1)  # [B, S + T]
+            positions = positions_from_mask(full)[:, -width:]
+            mask, self.mask = full.long(), full
+        return run_model(self.model, input_ids, self.cache, position_ids=positions, attention_mask=mask,
+                         logits_to_keep=logits_to_keep, hidden=hidden)
+
+    def truncate(self, keep: Sequence[int] | torch.Tensor) -> None:
+        """Row b keeps its first ``keep[b]`` real slots; later ones become holes (nothing changes where it holds no
+        more). Rows without holes that keep the same count (always the case for one row): a plain crop."""
+        if self.mask is None:
+            counts = keep.tolist() if isinstance(keep, torch.Tensor) else list(keep)
+            if len(set(counts)) == 1:
+                if counts[0] < self.slots:
+                    if self.cache is None:
+                        self.fed = self.fed[:, : counts[0]]
+                    else:
+                        crop_cache(self.cache, counts[0])
+                return
+            self.mask = torch.ones(self.batch, self.slots, dtype=torch.bool, device=self.model.device)
+        keep = torch.as_tensor(keep, device=self.mask.device)
+        rank = self.mask.long().cumsum(dim=1)  # [B, S]: 1-based rank of each real slot in its row
+        self.mask = self.mask & (rank <= keep[:, None])
+        self._drop_empty_slots()
+
+    def keep_path(self, keep_from: int, path_slots: Sequence[int]) -> None:
+        """(one row) Keep the first ``keep_from`` slots and then the slots ``path_slots`` (increasing, all ``>=
+        keep_from``), moved to ``keep_from ..``: the rollback after a token tree (`caches.compact_cache`, which moves
+        only the path's entries)."""
+        compact_cache(self.cache, keep_from, torch.tensor(list(path_slots), dtype=torch.long))
+
+    def select(self, rows: torch.Tensor) -> None:
+        """Keep only the rows ``rows: LongTensor[B']`` (batch indices, in order)."""
+        self.cache.batch_select_indices(rows)
+        self.batch = rows.numel()
+        if self.mask is not None:
+            self.mask = self.mask[rows]
+            self._drop_empty_slots()
+
+    def _drop_empty_slots(self) -> None:
+        """Remove the slots that are holes in every row (a crop when they are all at the end, else a compaction);
+        with no hole left, forget the mask (back to the plain causal forward)."""
+        used = self.mask.any(dim=0)  # [S]
+        if not bool(used.all()):
+            kept = used.nonzero()[:, 0]  # [S'] increasing
+            if int(kept[-1]) + 1 == kept.numel():  # only a tail of empty slots
+                crop_cache(self.cache, kept.numel())
+            else:
+                compact_cache(self.cache, 0, kept)
+            self.mask = self.mask[:, kept]
+        if bool(self.mask.all()):
+            self.mask = None

@@ -1,0 +1,264 @@
+"""The bookkeeping of one generation, so that the round engine holds nothing but the algorithm.
+
+`Settings` is what the caller asked for (draft length, budget, sampling, verification, tree, cache), checked once.
+`Run` holds, for the B rows of one generation:
+
+    tokens     LongTensor[B0, capacity] on the target's device: row r's committed tokens are tokens[r, :lengths[r]]
+               (drafts are written after them before each verification forward, so for one row the target's input
+               is a view of this buffer)
+    active     the rows still generating, in the order of the caches' batch dimension (rows keep their index r)
+    budgets    per active row, how many tokens it may draft this round: k_b = min(gamma, remaining_b - 1,
+               positions left in the target's context); a token tree is cut to that depth
+    commit     reads the verdict back once, appends each row's accepted drafts and its recovered or bonus token,
+               cut right after a stop id and never past max_new_tokens
+    retire     finished rows leave the batch (and every state that holds rows)
+
+Every check of the inputs happens in `Run.start`, before the first forward: a bad setting gets a clear error that
+says how to fix it, never a traceback from inside torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from transformers import PreTrainedModel
+
+from .drafting import Context, Draft, Drafter
+from .errors import ConfigError
+from .recording import Recorder, RowRound
+from .result import ForwardRecord, GenerationResult
+from .rows import PAD_ID, ROW_KINDS, left_pad
+from .sampling import GREEDY, SamplingConfig, check_sampling, make_generator
+from .stopping import stop_token_ids
+from .trees import TreeShape, TreeVerdict, check_parents, node_depths
+from .validation import check_count, check_drafter, check_prompts, check_same_device, context_length, is_whole
+from .verify import BatchVerdict
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How to decode. ``gamma``: the most drafts per round (0: no drafter, the target alone); ``max_new_tokens``: the
+    budget per row; ``sampling``: greedy or the processing p and q share; ``verification``: ``"exact"``, ``"block"``
+    or ``"relaxed"`` (with ``lenience``; NOT distribution-preserving); ``tree``: draft a token tree of this shape
+    (one row); ``cache_kind``: the target's KV cache (``"dynamic"``, ``"preallocated"``, or ``"none"``: no cache,
+    every forward re-reads the whole sequence); ``disable_by_batch_size``: draft only while at most that many rows
+    are active (None: always)."""
+
+    max_new_tokens: int
+    gamma: int = 0
+    sampling: SamplingConfig = GREEDY
+    verification: str = "exact"
+    lenience: float | None = None
+    tree: TreeShape | None = None
+    cache_kind: str = "dynamic"
+    disable_by_batch_size: int | None = None
+
+    def check(self) -> None:
+        check_count("max_new_tokens", self.max_new_tokens, minimum=1, hint="Ask for at least one new token.")
+        check_count("gamma (the number of draft tokens per round)", self.gamma, minimum=0,
+                    hint="Typical values are 2 to 8; use autoregressive_generate for plain decoding.")
+        check_sampling(self.sampling, self.verification, self.lenience)
+        if self.tree is not None and not isinstance(self.tree, TreeShape):
+            raise ConfigError(f"shape must be a TreeShape, e.g. TreeShape((3, 2, 1)), got {type(self.tree).__name__}.")
+        if self.cache_kind not in ROW_KINDS:
+            raise ConfigError(f"cache kind must be one of {ROW_KINDS}, got {self.cache_kind!r}.")
+        if self.disable_by_batch_size is not None:
+            check_count("disable_by_batch_size", self.disable_by_batch_size, minimum=1,
+                        hint="None always speculates; N speculates only while at most N rows are active.")
+
+
+def check_draft_ids(tokens: torch.Tensor, readable: int) -> None:
+    """Refuse draft ids the target cannot read (its embedding lookup would fail deep inside torch). One number read
+    back from the device: skipped for drafters whose ids are the target's by construction (``proposes_target_ids``)."""
+    if tokens.numel() and int(tokens.max()) >= readable:
+        raise ConfigError(
+            f"The drafter proposed token id {int(tokens.max())}, outside the target's vocabulary of {readable}. "
+            "Draft and target must share a tokenizer (see specdec_lib.core.vocab)."
+        )
+
+
+class Run:
+    """The bookkeeping of one generation (module docstring); build it with `Run.start`, which checks the inputs."""
+
+    def __init__(self, target: PreTrainedModel, drafter: Drafter | None, prompts: list[torch.Tensor],
+                 settings: Settings, stop_ids: frozenset[int], generator: torch.Generator | None,
+                 record_memory: bool) -> None:
+        self.target, self.drafter, self.settings = target, drafter, settings
+        self.stop_ids, self.generator = stop_ids, generator
+        self.device = target.device
+        self.prompt_lengths = [prompt.shape[1] for prompt in prompts]
+        self.max_positions = context_length(target)
+        self.target_vocab = target.get_output_embeddings().out_features  # V: the width of p and q
+        readable = target.get_input_embeddings().num_embeddings  # the ids the target's embedding table can read
+        self.readable_ids = readable
+        self.trusted_ids = drafter is not None and drafter.proposes_target_ids and self.target_vocab <= readable
+        width = settings.tree.size if settings.tree is not None else settings.gamma  # slots one round may add
+        longest = max(self.prompt_lengths) + settings.max_new_tokens
+        self.max_length = min(longest + width + 1, self.max_positions)  # positions a row reaches (drafters size by it)
+        self.cache_slots = longest + width + 1  # slots the target's cache may hold (a tree takes more than positions)
+        self.tokens = torch.full((len(prompts), longest), PAD_ID, dtype=torch.long, device=self.device)
+        for row, prompt in enumerate(prompts):
+            self.tokens[row, : prompt.shape[1]] = prompt[0].to(self.device)
+        self.lengths = list(self.prompt_lengths)
+        self.active = list(range(len(prompts)))
+        self.forwards: list[ForwardRecord] = []
+        self.rounds: list[RowRound] = []  # what each active row did in the last forward
+        self.path: tuple[int, ...] | None = None  # the accepted path of the last tree round
+        self.recorder = Recorder(self.device, len(prompts), record_memory=record_memory)
+
+    @classmethod
+    def start(cls, target: PreTrainedModel, drafter: Drafter | None, prompts: Sequence[torch.Tensor],
+              settings: Settings, *, seed: int | None, eos_token_id, record_memory: bool = False) -> "Run":
+        """Check everything before the first forward, then set the generation up."""
+        settings.check()
+        prompts = check_prompts(target, prompts, settings.max_new_tokens)
+        if drafter is not None:
+            check_drafter(drafter, batch=len(prompts), tree=settings.tree is not None)
+            check_same_device(target.device, getattr(drafter, "device", None))
+            if settings.tree is None:
+                check_count("gamma (the number of draft tokens per round)", settings.gamma, minimum=1,
+                            hint="Typical values are 2 to 8; use autoregressive_generate for plain decoding.")
+        if settings.cache_kind != "dynamic" and len(prompts) > 1:
+            raise ConfigError(f"A {settings.cache_kind!r} cache holds one row; use cache_kind='dynamic' for a "
+                              f"batch of {len(prompts)}.")
+        if settings.tree is not None and (len(prompts) > 1 or settings.cache_kind == "none"):
+            raise ConfigError("A token tree is drafted for one row, over a KV cache (cache_kind 'dynamic' or "
+                              "'preallocated').")
+        generator = make_generator(seed, target.device)
+        return cls(target, drafter, prompts, settings, stop_token_ids(target, eos_token_id), generator, record_memory)
+
+    @property
+    def batch(self) -> int:
+        """The rows still generating."""
+        return len(self.active)
+
+    def prompt_block(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The prefill's input: the prompts left-padded to ``[B, T]`` (`rows.left_pad`), and which tokens are real
+        (None: all of them)."""
+        return left_pad([self.tokens[row, :length] for row, length in enumerate(self.prompt_lengths)])
+
+    def _budget(self, row: int) -> int:
+        """k for ``row`` this round: drafts + the target's own token fit in what is left of max_new_tokens, and the
+        last draft's position stays inside the target's context."""
+        settings = self.settings
+        if settings.disable_by_batch_size is not None and self.batch > settings.disable_by_batch_size:
+            return 0
+        generated = self.lengths[row] - self.prompt_lengths[row]
+        depth = settings.tree.depth if settings.tree is not None else settings.gamma
+        return max(0, min(depth, settings.max_new_tokens - generated - 1, self.max_positions - self.lengths[row]))
+
+    def context(self, path: tuple[int, ...] | None = None) -> Context:
+        """What the drafter sees of the active rows, with this round's budgets (``path``: for `accept`)."""
+        everyone = self.active == list(range(self.tokens.shape[0]))
+        tokens = self.tokens if everyone else self.tokens[self.active]
+        budget = [self._budget(row) for row in self.active]
+        tree = self.settings.tree
+        if tree is not None and budget[0] > 0:
+            tree = TreeShape(tree.branching[: budget[0]])
+        return Context(tokens, [self.lengths[row] for row in self.active], budget, tree, path)
+
+    def checked(self, draft: object, context: Context) -> Draft:
+        """``draft`` as ``[B, K]`` tensors on the target's device, after refusing anything malformed with a message
+        for the drafter's author (module docstring of `specdec_lib.core.drafting`)."""
+        if not isinstance(draft, Draft):
+            raise ConfigError(f"A drafter's propose() must return a Draft, got {type(draft).__name__}.")
+        tokens, probs = draft.tokens, draft.probs
+        if isinstance(probs, torch.Tensor) and probs.ndim == 2 and isinstance(tokens, torch.Tensor) and tokens.ndim == 2:
+            probs = probs[None]  # one row's q set as [K, V] after the draft was built
+        if not isinstance(tokens, torch.Tensor) or tokens.ndim != 2 or tokens.dtype != torch.long:
+            raise ConfigError(f"Draft.tokens must be a torch.long tensor [B, K] (or [K] for one row), got "
+                              f"{list(tokens.shape) if isinstance(tokens, torch.Tensor) else type(tokens).__name__}.")
+        if tokens.shape[0] != self.batch:
+            raise ConfigError(f"The draft has {tokens.shape[0]} rows but {self.batch} rows are generating.")
+        width = tokens.shape[1]
+        lengths = [width] * self.batch if draft.lengths is None else list(draft.lengths)
+        if draft.parents is not None:
+            check_parents(draft.parents)
+            if len(draft.parents) != width or max(node_depths(draft.parents), default=0) > context.budget[0]:
+                raise ConfigError(f"A token tree of {len(draft.parents)} parents must come with as many tokens (got "
+                                  f"{width}) and stay within the depth asked for ({context.budget[0]}).")
+        elif len(lengths) != self.batch or any(not is_whole(n) or not 0 <= n <= min(k, width)
+                                               for n, k in zip(lengths, context.budget)):
+            raise ConfigError(f"The drafter proposed {lengths} tokens per row but was asked for at most "
+                              f"{context.budget} (its tokens are {width} wide).")
+        if probs is not None and tuple(probs.shape) != (self.batch, width, self.target_vocab):
+            raise ConfigError(f"Draft.probs must have shape [B, K, V] = [{self.batch}, {width}, {self.target_vocab}] "
+                              f"(one distribution over the target's ids per token) or be None, got {list(probs.shape)}.")
+        if not is_whole(draft.forwards) or draft.forwards < 0:
+            raise ConfigError(f"Draft.forwards must be an integer >= 0, got {draft.forwards!r}.")
+        tokens = tokens.to(self.device)
+        if not self.trusted_ids:
+            check_draft_ids(tokens, self.readable_ids)
+        return Draft(tokens, None if probs is None else probs.to(self.device), draft.forwards, lengths, draft.parents)
+
+    def step_input(self, draft: Draft) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The verification forward's input ``[B, 1 + K]``: each row's last committed token, then its drafts (a
+        tree's nodes), and which are real (None: all). For one chain it is a view of the committed buffer, the
+        drafts written after the committed tokens."""
+        last = [self.lengths[row] - 1 for row in self.active]
+        if self.batch == 1 and draft.parents is None:
+            row, start, count = self.active[0], last[0] + 1, draft.lengths[0]
+            self.tokens[row, start : start + count] = draft.tokens[0, :count]
+            return self.tokens[row : row + 1, start - 1 : start + count], None
+        rows = torch.tensor(self.active, device=self.device)
+        step = torch.cat([self.tokens[rows, torch.tensor(last, device=self.device)][:, None], draft.tokens], dim=1)
+        if all(n == draft.tokens.shape[1] for n in draft.lengths):
+            return step, None
+        valid = torch.arange(step.shape[1], device=self.device) <= torch.tensor(draft.lengths, device=self.device)[:, None]
+        return step.masked_fill(~valid, PAD_ID), valid
+
+    def commit(self, draft: Draft, verdict: BatchVerdict | TreeVerdict, *, prefill: bool = False) -> list[bool]:
+        """Append each row's accepted drafts and its recovered or bonus token (one read-back of the verdict), cut
+        right after a stop id and never past max_new_tokens; returns which rows finished (aligned with `active`)."""
+        if isinstance(verdict, TreeVerdict):
+            self.path = verdict.path
+            accepted, next_tokens = [len(verdict.path)], [verdict.next_token]
+            drafts = [draft.tokens[0].tolist()]
+            kept = [[drafts[0][node] for node in verdict.path]]
+            bonus = [verdict.kind == "bonus"]
+        else:
+            self.path = None
+            batch, width = draft.tokens.shape
+            host = torch.cat([verdict.num_accepted, verdict.next_tokens, verdict.bonus.long(),
+                              draft.tokens.flatten()]).tolist()  # one transfer for the whole round
+            accepted, next_tokens, bonus = host[:batch], host[batch : 2 * batch], host[2 * batch : 3 * batch]
+            drafts = [host[3 * batch + b * width : 3 * batch + (b + 1) * width][: draft.lengths[b]] for b in range(batch)]
+            kept = [row[:n] for row, n in zip(drafts, accepted)]
+        self.rounds, finished = [], []
+        for index, row in enumerate(self.active):
+            left = self.settings.max_new_tokens - (self.lengths[row] - self.prompt_lengths[row])
+            new = (kept[index] + [next_tokens[index]])[:left]
+            stop = next((i for i, token in enumerate(new) if token in self.stop_ids), None)
+            if stop is not None:
+                new = new[: stop + 1]
+            start = self.lengths[row]
+            self.tokens[row, start : start + len(new)] = torch.tensor(new, device=self.device)
+            self.lengths[row] += len(new)
+            kind = ("prefill" if prefill else "target" if not drafts[index]
+                    else "bonus" if bonus[index] else "recovered")
+            self.rounds.append(RowRound(row, len(drafts[index]), accepted[index], len(new), kind, tuple(drafts[index])))
+            finished.append(stop is not None or len(new) == left)
+        self.forwards.append(ForwardRecord(self.batch, sum(len(row) for row in drafts)))
+        return finished
+
+    def cache_keep(self) -> list[int]:
+        """Per active row, what the target's cache keeps: the committed tokens but the last (fed next round)."""
+        return [self.lengths[row] - 1 for row in self.active]
+
+    def retire(self, finished: list[bool], *states) -> None:
+        """Drop the finished rows from `active` and from every state holding rows (a `CachedRows`, a drafter)."""
+        if not any(finished):
+            return
+        keep = [index for index, done in enumerate(finished) if not done]
+        self.active = [self.active[index] for index in keep]
+        if keep:
+            rows = torch.tensor(keep, dtype=torch.long, device=self.device)
+            for state in states:
+                if state is not None:
+                    state.select(rows)
+
+    def result(self, method: str) -> GenerationResult:
+        sequences = [self.tokens[row : row + 1, : self.lengths[row]] for row in range(self.tokens.shape[0])]
+        return GenerationResult(sequences, self.prompt_lengths, method, self.recorder.traces, self.forwards)
