@@ -47,7 +47,9 @@ def decide(logits: torch.Tensor, draft: Draft, settings: Settings,
             return verify_tree_greedy(logits[0], draft.tokens[0], draft.parents)
         return verify_tree_exact(logits_to_probs(logits[0], settings.sampling), draft.tokens[0], draft.parents,
                                  generator)
-    lengths = None if draft.lengths is None else torch.tensor(draft.lengths, device=logits.device)
+    width = draft.tokens.shape[1]
+    full = draft.lengths is None or all(n == width for n in draft.lengths)
+    lengths = None if full else torch.tensor(draft.lengths, device=logits.device)
     if greedy:
         return verify_greedy_batch(logits, draft.tokens, lengths)
     p = logits_to_probs(logits, settings.sampling)  # [B, 1 + K, V]: the target's processed distributions

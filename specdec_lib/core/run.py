@@ -226,6 +226,7 @@ class Run:
             accepted, next_tokens, bonus = host[:batch], host[batch : 2 * batch], host[2 * batch : 3 * batch]
             drafts = [host[3 * batch + b * width : 3 * batch + (b + 1) * width][: draft.lengths[b]] for b in range(batch)]
             kept = [row[:n] for row, n in zip(drafts, accepted)]
+        in_buffer = self.batch == 1 and draft.parents is None  # `step_input` wrote one chain's drafts after it
         self.rounds, finished = [], []
         for index, row in enumerate(self.active):
             left = self.settings.max_new_tokens - (self.lengths[row] - self.prompt_lengths[row])
@@ -234,7 +235,10 @@ class Run:
             if stop is not None:
                 new = new[: stop + 1]
             start = self.lengths[row]
-            self.tokens[row, start : start + len(new)] = torch.tensor(new, device=self.device)
+            if not in_buffer:
+                self.tokens[row, start : start + len(new)] = torch.tensor(new, device=self.device)
+            elif len(new) > accepted[index]:  # the accepted drafts are in place: only the target's token is new
+                self.tokens[row, start + accepted[index]] = next_tokens[index]
             self.lengths[row] += len(new)
             kind = ("prefill" if prefill else "target" if not drafts[index]
                     else "bonus" if bonus[index] else "recovered")

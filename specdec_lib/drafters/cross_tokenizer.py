@@ -166,7 +166,8 @@ class CrossTokenizerDrafter(Drafter):
         self.lookbehind = lookbehind
         self.draft_eos = draft_tokenizer.eos_token_id
         self.state = CachedModel(draft_model)  # the draft model, its cache and the draft ids in it
-        self.begin()
+        self._context = _DraftContext(draft_tokenizer, lookbehind)
+        self._last: dict | None = None  # what the last proposal needs for `accept`
 
     @classmethod
     def for_pair(cls, pair: ModelPair, **options) -> "CrossTokenizerDrafter":
@@ -182,13 +183,12 @@ class CrossTokenizerDrafter(Drafter):
         """The draft model's KV cache (read-only use: memory accounting, tests)."""
         return self.state.cache
 
-    def begin(self, context: Context | None = None, *, max_length: int | None = None,
-              target_vocab_size: int | None = None) -> None:
+    def begin(self, context: Context, *, max_length: int | None = None, target_vocab_size: int | None = None) -> None:
         """A new generation: an empty draft cache (draft ids are counted in the draft tokenizer, so
         ``max_length``, in target tokens, does not size it) and a fresh text context."""
         self.state.reset()
         self._context = _DraftContext(self.draft_tokenizer, self.lookbehind)
-        self._last: dict | None = None  # what the last proposal needs for `accept`
+        self._last = None
 
     def _sync(self, context: list[int]) -> list[int]:
         """Crop the draft cache to its longest common prefix with ``context`` (the re-encoding may have changed
