@@ -185,15 +185,18 @@ def batched_speculative_generate(
     sampling: SamplingConfig = GREEDY,
     eos_token_id: int | Sequence[int] | str | None = AUTO,
     seed: int | None = None,
+    verification: Literal["exact", "block", "relaxed"] = "exact",
+    lenience: float | None = None,
     disable_by_batch_size: int | None = None,
 ) -> GenerationResult:
     """Speculative decoding of several prompts at once: one target forward verifies every row's drafts, rows
     accept different numbers of drafts (their caches keep rejected positions as holes, `specdec_lib.core.rows`),
-    and finished rows leave the batch. ``drafter``: a draft model, ``"prompt-lookup"`` or a batch `Drafter`.
-    ``disable_by_batch_size=N`` (vLLM's): while more than N rows are active, rounds draft nothing and are plain
+    and finished rows leave the batch. ``drafter``: a draft model, ``"prompt-lookup"`` or a batch `Drafter`;
+    ``verification`` and ``lenience`` as in `speculative_generate`. ``disable_by_batch_size=N`` (vLLM's): while more than N rows are active, rounds draft nothing and are plain
     batched steps. Greedy: every row is token-identical to the target alone on its prompt; sampling: distributed
     like it."""
     drafter = batch_drafter(drafter)
-    settings = Settings(max_new_tokens, gamma=gamma, sampling=sampling, disable_by_batch_size=disable_by_batch_size)
+    settings = Settings(max_new_tokens, gamma=gamma, sampling=sampling, verification=verification, lenience=lenience,
+                        disable_by_batch_size=disable_by_batch_size)
     return generate(target, drafter, prompts, settings, seed=seed, eos_token_id=eos_token_id,
                     method=f"batched-speculative[{drafter.name}]")

@@ -30,6 +30,17 @@ def one_thread():
 
 # ---------------------------------------------------------------------------------------- the embedded family
 
+@pytest.fixture(scope="session")
+def quick_family(tmp_path_factory) -> tuple[Path, dict]:
+    """A family trained by the training command's QUICK spec (seconds, not hours) and its training report, once per
+    worker: ``(folder, report)``. Read-only: a test that changes the family works on a ``shutil.copytree``."""
+    from specdec_lib.training.cli import QUICK, train_family
+
+    out = tmp_path_factory.mktemp("models")
+    report = train_family(QUICK, out, tmp_path_factory.mktemp("work"))
+    return out, report
+
+
 
 @pytest.fixture(scope="session")
 def embedded_pair():

@@ -214,12 +214,12 @@ class ReportsUniformQ(WrappedDrafter):
         return Draft(draft.tokens, uniform, draft.forwards, draft.lengths)
 
 
-def second_tokens(peaked, drafter, seed):
+def second_tokens(peaked, drafter, seed, **verification):
     """Histogram of the second new token over COPIES rows of one batch (max_new_tokens=3: the first round after
     the prefill drafts k = 1 token and verifies it)."""
     target, _, prompt = peaked
     result = batched_speculative_generate(target, drafter, [prompt] * COPIES, gamma=2, max_new_tokens=3,
-                                          sampling=SAMPLING, eos_token_id=None, seed=seed)
+                                          sampling=SAMPLING, eos_token_id=None, seed=seed, **verification)
     assert 0 < sum(result.accepted) < sum(result.drafted)  # both accepted and recovered second tokens happen
     return histogram([tokens[1] for tokens in result.tokens], 64)
 
@@ -240,6 +240,16 @@ def test_batched_sampling_keeps_the_target_distribution_per_row(peaked, second_t
     test = chi_square_gof(wrong, law)
     assert not test.passes(SIGNIFICANCE) and detectable_tv(COPIES, test.cells) <= effect / 1.5, test
     assert chi_square_gof(wrong, wrong_law).passes(SIGNIFICANCE)
+
+
+def test_batched_verification_rule_reaches_the_verifier(peaked, second_token_laws):
+    """``verification`` is the batch's rule too: block verification keeps the law (same power as above); the lenient
+    rule with lenience 8 accepts the draft model's q far too often and fails the same test."""
+    law, draft = second_token_laws["target"], peaked[1]
+    block = chi_square_gof(second_tokens(peaked, draft, 3, verification="block"), law)
+    assert block.passes(SIGNIFICANCE) and detectable_tv(COPIES, block.cells) <= 0.12, block
+    relaxed = second_tokens(peaked, draft, 3, verification="relaxed", lenience=8.0)
+    assert not chi_square_gof(relaxed, law).passes(SIGNIFICANCE)
 
 
 def test_same_seed_same_tokens(peaked):

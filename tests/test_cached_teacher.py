@@ -8,9 +8,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from specdec_lib.training.cli import QUICK, train_family
+from specdec_lib.training.cli import QUICK
 from specdec_lib.training.cli import main as train_main
-from specdec_lib.training.cached_teacher import (CachedTeacherSpec, TeacherTopK, distill_on_cached_teacher,
+from specdec_lib.training.cached_teacher import (CachedTeacherSpec, distill_on_cached_teacher,
                                                  sequences_of, teacher_top_k, top_k_kl)
 from specdec_lib.training.drafts import apply_fresh_text_to_shipped_draft
 from specdec_lib.training.model_training import ModelSpec, build_model
@@ -88,10 +88,10 @@ def test_the_target_text_stream_splits_back_into_its_sequences():
 
 
 @pytest.fixture(scope="module")
-def family_without_the_phase(tmp_path_factory):
+def family_without_the_phase(quick_family, tmp_path_factory):
     """A quick family whose report says its draft never went through the phase (as the shipped one before it)."""
-    out = tmp_path_factory.mktemp("models")
-    train_family(QUICK, out, tmp_path_factory.mktemp("work"))
+    out = tmp_path_factory.mktemp("models") / "family"
+    shutil.copytree(quick_family[0], out)
     report = json.loads((out / "training_report.json").read_text())
     del report["training"]["draft_fresh_text"]
     (out / "training_report.json").write_text(json.dumps(report))

@@ -9,7 +9,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from specdec_lib.loading import load_model_folder
 from specdec_lib.core.paths import EMBEDDED_MODEL_NAMES, REPO_DATA_DIR
 from specdec_lib import autoregressive_generate
-from specdec_lib.training.cli import QUICK, train_family
+from specdec_lib.training.cli import QUICK
 from specdec_lib.training.cli import main as train_main
 from specdec_lib.training.drafts import ship_drafts, shipped_corpus
 from specdec_lib.training.target_text import retokenize_stream, target_text_stream
@@ -23,13 +23,6 @@ from specdec_lib.training.measure import (forward_cost, greedy_agreement, greedy
 from specdec_lib.training.tokenizer_training import train_tokenizer_a, train_tokenizer_b
 
 TRICKY_TEXT = "x = 'héllo ✓ 日本'\n    def   f(a,\tb):\n\t\treturn a  +  b  \n\n\n# ▁done\r\n"
-
-
-@pytest.fixture(scope="module")
-def quick_family(tmp_path_factory):
-    out = tmp_path_factory.mktemp("models")
-    report = train_family(QUICK, out, tmp_path_factory.mktemp("work"))
-    return out, report
 
 
 def test_every_model_is_saved_in_transformers_format_and_reloads(quick_family):

@@ -6,7 +6,7 @@ import shutil
 import pytest
 import torch
 
-from specdec_lib.training.cli import QUICK, train_family
+from specdec_lib.training.cli import QUICK
 from specdec_lib.training.cli import main as train_main
 from specdec_lib.training.model_training import ModelSpec, build_model
 from specdec_lib.training.measure import repeated_ngram_mask
@@ -66,10 +66,10 @@ def test_a_step_on_the_loss_makes_the_repeated_token_less_likely(tiny_model):
 
 
 @pytest.fixture(scope="module")
-def family_without_the_stage(tmp_path_factory):
+def family_without_the_stage(quick_family, tmp_path_factory):
     """A quick family whose report says its target never went through the stage (as the shipped one before it)."""
-    out = tmp_path_factory.mktemp("models")
-    train_family(QUICK, out, tmp_path_factory.mktemp("work"))
+    out = tmp_path_factory.mktemp("models") / "family"
+    shutil.copytree(quick_family[0], out)
     report = json.loads((out / "training_report.json").read_text())
     del report["training"]["target_unlikelihood"]
     (out / "training_report.json").write_text(json.dumps(report))
