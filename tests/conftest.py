@@ -18,6 +18,9 @@ from transformers import LlamaForCausalLM, PreTrainedModel
 from helpers import build_tiny_model, save_tiny_model, sharp_pair
 
 
+torch.set_num_threads(1)  # session fixtures (loading, the quick family) too, before the first test's `one_thread`
+
+
 @pytest.fixture(autouse=True)
 def one_thread():
     """Every test starts on one torch thread: tiny models run fastest on one (and far faster than two contended

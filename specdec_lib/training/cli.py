@@ -120,6 +120,7 @@ QUICK = FamilySpec(
     target_unlikelihood=UnlikelihoodSpec(steps=2, learning_rate=1e-4, warmup_steps=1, weight=0.5, prompts=2,
                                          prompt_tokens=8, new_tokens=12),
     max_files=12,
+    threads=1,  # models this small train fastest on one thread, and it leaves the other core to whatever runs beside
 )
 
 
