@@ -93,6 +93,23 @@ def test_one_row_is_the_prompt_alone(target, drafts, references):
     assert_batched_greedy_is_each_row_alone(target, drafts, references, 1, "first-layer", 3)
 
 
+def test_copies_of_one_prompt_are_prefilled_once_and_each_row_is_the_prompt_alone(target, drafts, references):
+    """n samples of one prompt: the prefill reads the prompt once and copies its keys and values to every row
+    (`CachedRows`), for the target and the draft model alike; the rows then drift apart (EOS, ragged acceptance)
+    and each is still that prompt's own greedy output."""
+    batches = []
+    hooks = [model.register_forward_pre_hook(lambda module, args, kwargs: batches.append(kwargs["input_ids"].shape[0]),
+                                             with_kwargs=True) for model in (target, drafts["first-layer"])]
+    try:
+        result = batched_speculative_generate(target, drafts["first-layer"], [torch.tensor(PROMPTS[0])] * 4, gamma=3,
+                                              max_new_tokens=NEW_TOKENS, eos_token_id=EOS)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    assert batches[0] == 1 and 4 in batches  # the target's prefill saw one row; later forwards all four
+    assert result.tokens == [references[EOS][0]] * 4
+
+
 def test_ragged_acceptance_with_gamma_one(target, drafts, references):
     """Rows accept different numbers of their one-token drafts, so their caches drift apart from the first rounds."""
     result = assert_batched_greedy_is_each_row_alone(target, drafts, references, 5, "first-layer", 1)

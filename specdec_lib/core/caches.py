@@ -131,6 +131,21 @@ def crop_cache(cache: Cache, length: int) -> None:
         cache.crop(-(current - length))
 
 
+def rows_repeatable(cache: Cache) -> bool:
+    """Whether `repeat_rows` can copy ``cache``'s rows: every layer a plain full-attention `DynamicLayer` (it stores
+    nothing but its keys and values; sliding-window and other layers keep more state)."""
+    layers = getattr(cache, "layers", [])
+    return bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
+
+
+def repeat_rows(cache: Cache, batch: int) -> None:
+    """Turn a cache holding one row into ``batch`` copies of it (every layer's ``[1, H, S, D]`` keys and values
+    become ``[batch, H, S, D]``): B identical prompts prefilled once. Only where `rows_repeatable`."""
+    for layer in cache.layers:
+        layer.keys = layer.keys.expand(batch, -1, -1, -1).contiguous()
+        layer.values = layer.values.expand(batch, -1, -1, -1).contiguous()
+
+
 def compact_cache(cache: Cache, keep_from: int, keep: torch.Tensor) -> None:
     """Keep the first ``keep_from`` tokens and then only the entries at ``keep`` (in order): the rollback after a
     token tree's verification, where the accepted path's keys sit between rejected siblings.

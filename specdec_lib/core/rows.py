@@ -8,6 +8,7 @@ the first rejected draft; in a batch every row keeps a different number. `Cached
     mask       BoolTensor[B, S]: which slots hold a real token of that row; None while every slot of every row
                does (one row, or rows that never diverged), and the forward is then the plain causal one
     forward    append T slots per row; ``valid: BoolTensor[B, T]`` marks the real ones, the others are holes
+    (prefill)  B copies of one prompt (n samples of it) are read once, and the keys and values copied to every row
     truncate   row b keeps its first ``keep[b]`` real slots: the rollback past rejected drafts
     keep_path  (one row) keep the first n slots, then only the chosen later ones: the rollback after a token tree
     select     only some rows go on (finished rows leave the batch)
@@ -33,7 +34,7 @@ from collections.abc import Sequence
 import torch
 from transformers import PreTrainedModel
 
-from .caches import cache_length, compact_cache, crop_cache, new_cache
+from .caches import cache_length, compact_cache, crop_cache, new_cache, repeat_rows, rows_repeatable
 from .errors import ConfigError
 from .forward import run_model
 from .trees import tree_attention_mask, tree_position_ids
@@ -118,6 +119,9 @@ class CachedRows:
             logits, states = run_model(self.model, self.fed, None, position_ids=positions,
                                        logits_to_keep=logits_to_keep or width, hidden=hidden)
             return logits, None if states is None else states[:, -width:]
+        if (past == 0 and batch > 1 and valid is None and tree is None and rows_repeatable(self.cache)
+                and bool((input_ids == input_ids[:1]).all())):
+            return self._prefill_once(input_ids, logits_to_keep, hidden)
         if tree is not None:
             parents, first = tree
             root = past - first  # the root's slot
@@ -135,6 +139,18 @@ class CachedRows:
             mask, self.mask = full.long(), full
         return run_model(self.model, input_ids, self.cache, position_ids=positions, attention_mask=mask,
                          logits_to_keep=logits_to_keep, hidden=hidden)
+
+    def _prefill_once(self, input_ids: torch.Tensor, logits_to_keep: int | None,
+                      hidden: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Prefill B identical rows ``input_ids: [B, T]`` by one forward of the first and copies of its keys, values,
+        logits and hidden states: the numbers a B-row forward computes (every row reads the same tokens at the same
+        positions), for 1/B of its cost."""
+        batch, width = input_ids.shape
+        positions = torch.arange(width, device=input_ids.device)[None]
+        logits, states = run_model(self.model, input_ids[:1], self.cache, position_ids=positions,
+                                   logits_to_keep=logits_to_keep, hidden=hidden)
+        repeat_rows(self.cache, batch)
+        return logits.expand(batch, -1, -1).contiguous(), None if states is None else states.expand(batch, -1, -1)
 
     def truncate(self, keep: Sequence[int] | torch.Tensor) -> None:
         """Row b keeps its first ``keep[b]`` real slots; later ones become holes (nothing changes where it holds no
