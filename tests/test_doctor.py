@@ -82,18 +82,18 @@ def test_python_check():
     assert "3.9.18" in old.detail and ">= 3.10" in old.detail
 
 
-@pytest.mark.parametrize("version", ["5.17.0", "5.24.0", "5.99.1"])
+@pytest.mark.parametrize("version", ["5.17.0", "5.24.0", "5.24.9"])
 def test_transformers_check_accepts_the_supported_range(version):
     assert doctor.check_transformers(version).ok
 
 
-@pytest.mark.parametrize("version", ["4.57.1", "5.16.2", "6.0.0", "6.0.0rc1"])
+@pytest.mark.parametrize("version", ["4.57.1", "5.16.2", "5.25.0", "6.0.0", "6.0.0rc1"])
 def test_transformers_check_rejects_other_versions_with_the_fix(version):
     result = doctor.check_transformers(version)
     assert not result.ok
     assert version in result.detail
-    assert ">=5.17,<6" in result.detail
-    assert "pip install 'transformers>=5.17,<6'" in result.detail
+    assert ">=5.17,<5.25" in result.detail
+    assert "pip install 'transformers>=5.17,<5.25'" in result.detail
 
 
 def test_transformers_check_reads_the_installed_version(monkeypatch):
