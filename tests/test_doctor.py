@@ -60,7 +60,8 @@ def test_default_checks_cover_everything_the_brief_names():
     checks = doctor.default_checks()
     assert checks[:5] == [doctor.check_python, doctor.check_torch, doctor.check_transformers,
                           doctor.check_course_tools, doctor.check_device]
-    assert [c.__name__ for c in checks[5:]] == [f"check_model_{n}" for n in ("target", "draft", "draft_b")]
+    names = ("target", "draft", "draft_b", "heads", "eagle")  # every model in data/models/
+    assert [c.__name__ for c in checks[5:]] == [f"check_model_{n}" for n in names]
 
 
 # --------------------------------------------------------------------------- versions
@@ -252,6 +253,23 @@ def test_model_check_when_the_models_module_is_missing(monkeypatch):
     result = doctor.check_model("draft_b")
     assert not result.ok and result.name == "model draft_b"
     assert "Error" in result.detail
+
+
+def test_the_drafters_trained_for_the_target_load_against_it():
+    for name in doctor.TARGET_DRAFTERS:
+        assert doctor.check_target_drafter(name) == CheckResult(f"model {name}", True, "loaded against the embedded target")
+
+
+def test_a_drafter_check_fails_with_the_fix_when_its_folder_is_missing(monkeypatch, tmp_path):
+    import shutil
+
+    from specdec_lib.core.paths import DATA_DIR_ENV_VAR, REPO_DATA_DIR
+
+    shutil.copytree(REPO_DATA_DIR / "models" / "target", tmp_path / "models" / "target")  # the target, no heads
+    monkeypatch.setenv(DATA_DIR_ENV_VAR, str(tmp_path))
+    result = doctor.check_target_drafter("heads")
+    assert not result.ok and result.name == "model heads"
+    assert "python -m specdec_lib train" in result.detail
 
 
 # --------------------------------------------------------------------------- command line

@@ -207,12 +207,34 @@ def check_model(name: str) -> CheckResult:
     return CheckResult(label, True, detail)
 
 
-def _model_check(name: str) -> Callable[[], CheckResult]:
+def _model_check(name: str, check_one: Callable[[str], CheckResult] = check_model) -> Callable[[], CheckResult]:
+    """``check_one(name)`` as a check without arguments, named after the model for the report."""
     def check() -> CheckResult:
-        return check_model(name)
+        return check_one(name)
 
     check.__name__ = f"check_model_{name}"
     return check
+
+
+#: The drafters trained on the frozen embedded target (``data/models/<name>/``) and the function that loads each.
+TARGET_DRAFTERS = {"heads": "load_heads", "eagle": "load_eagle"}
+
+
+def check_target_drafter(name: str) -> CheckResult:
+    """One drafter trained for the embedded target (the Medusa heads, the EAGLE layer) loads against it: its files
+    are there and its recorded fingerprint matches the shipped target."""
+    label = f"model {name}"
+    try:
+        from specdec_lib import drafters
+        from specdec_lib.loading import load_embedded
+
+        loaded = load_embedded("target")
+        target = loaded[0] if isinstance(loaded, tuple) else loaded
+        getattr(drafters, TARGET_DRAFTERS[name])(target)
+    except Exception as exc:
+        return CheckResult(label, False, f"{_error(exc)} (the drafters ship in data/models/; "
+                                         f"`python -m specdec_lib train` rebuilds them)")
+    return CheckResult(label, True, "loaded against the embedded target")
 
 
 def default_checks() -> list[Callable[[], CheckResult]]:
@@ -224,6 +246,7 @@ def default_checks() -> list[Callable[[], CheckResult]]:
         check_course_tools,
         check_device,
         *(_model_check(name) for name in EMBEDDED_MODEL_NAMES),
+        *(_model_check(name, check_target_drafter) for name in TARGET_DRAFTERS),
     ]
 
 
