@@ -1,6 +1,6 @@
 """specdec_lib: the library behind the specdec course on speculative decoding.
 
-The notebooks in ``course/`` import what they need from here. The packages below it, by job (the README's layout
+The notebooks in ``course/`` import what they need from here. The packages below it, by job (docs/library.md's layout
 table): ``core`` (the algorithm: the round engine, verification, caches, sampling, the result type, theory),
 ``drafters`` (every drafter behind one interface), ``bench`` (measurement), ``teaching`` (what only the course
 needs) and ``training`` (reproducing the embedded models); `decoders`, `loading` and `prompts` are the entry points.

@@ -14,6 +14,7 @@ from typing import Sequence
 
 # name -> (module with main(argv) -> int, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
+    "course": ("specdec_lib.teaching.learner_copy", "copy the course into a folder of your own and open it in JupyterLab"),
     "doctor": ("specdec_lib.teaching.doctor", "check the environment, the device and the embedded models"),
     "bench": ("specdec_lib.bench.cli", "benchmark speculative decoding against the baseline and transformers"),
     "site": ("specdec_lib.teaching.site", "build the executed course into an offline static web site (stored outputs)"),

@@ -862,7 +862,7 @@ def test_load_cross_pair_shares_the_target_object(monkeypatch):
         cli.load_cross_pair("hub-cross", pair)
 
 
-# --------------------------------------------------------------------------- the README's table
+# --------------------------------------------------------------------------- the generated tables of docs/benchmarks.md
 
 
 def test_results_table_prints_a_bench_document_as_markdown(fake_loading, tmp_path, capsys):
@@ -880,16 +880,16 @@ def test_results_table_prints_a_bench_document_as_markdown(fake_loading, tmp_pat
         assert stop.value.code == 2 and says in capsys.readouterr().err
 
 
-def test_the_readmes_benchmark_tables_are_generated_from_the_bench_json_they_name():
-    """Between <!-- bench-table: FILES --> and <!-- /bench-table --> the README holds exactly what
+def test_the_benchmark_pages_tables_are_generated_from_the_bench_json_they_name():
+    """Between <!-- bench-table: FILES --> and <!-- /bench-table --> docs/benchmarks.md holds exactly what
     `python -m specdec_lib.bench.results_table FILES` prints: no number typed by hand."""
     import re
 
     from specdec_lib.bench.results_table import results_markdown
 
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    blocks = re.findall(r"<!-- bench-table: (.+?) -->\n(.*?)\n<!-- /bench-table -->", readme, flags=re.S)
-    assert blocks, "the README has no generated benchmark table"
+    page = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"<!-- bench-table: (.+?) -->\n(.*?)\n<!-- /bench-table -->", page, flags=re.S)
+    assert blocks, "docs/benchmarks.md has no generated benchmark table"
     for names, body in blocks:
         paths = [Path(name) for name in names.split()]
         assert all((ROOT / path).is_file() for path in paths), names

@@ -101,8 +101,8 @@ def test_unknown_suite_options_are_refused_like_any_argparse_error(capsys):
 
 
 @pytest.mark.parametrize("marker, render", [("tuning-table", "tuning"), ("batches-table", "batches")])
-def test_the_readmes_tuning_and_batch_tables_are_generated_from_the_json_they_name(marker, render):
-    """Between <!-- MARKER: FILES --> and <!-- /MARKER --> the README holds exactly what `python -m specdec_lib
+def test_the_benchmark_pages_tuning_and_batch_tables_are_generated_from_the_json_they_name(marker, render):
+    """Between <!-- MARKER: FILES --> and <!-- /MARKER --> docs/benchmarks.md holds exactly what `python -m specdec_lib
     bench SUITE --table FILES` prints: no number typed by hand."""
     import re
     from pathlib import Path
@@ -112,9 +112,9 @@ def test_the_readmes_tuning_and_batch_tables_are_generated_from_the_json_they_na
     module = {"tuning": tuning, "batches": batches}[render]
     markdown = {"tuning": tuning.tuning_markdown, "batches": batches.batches_markdown}[render]
     root = Path(__file__).resolve().parent.parent
-    readme = (root / "README.md").read_text(encoding="utf-8")
-    blocks = re.findall(rf"<!-- {marker}: (.+?) -->\n(.*?)\n<!-- /{marker} -->", readme, flags=re.S)
-    assert blocks, f"the README has no generated {marker}"
+    page = (root / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    blocks = re.findall(rf"<!-- {marker}: (.+?) -->\n(.*?)\n<!-- /{marker} -->", page, flags=re.S)
+    assert blocks, f"docs/benchmarks.md has no generated {marker}"
     for names, body in blocks:
         paths = [Path(name) for name in names.split()]
         assert all((root / path).is_file() for path in paths), names

@@ -1,5 +1,6 @@
 """Packaging stays honest: pyproject.toml is the source of truth, and environment.yml,
-.ci/run, README.md and the doctor agree with it.
+.ci/run, README.md and the doctor agree with it; the README stays a short page a newcomer can start from, and the
+longer material lives in docs/.
 
 The checker functions below return a list of problems (empty when all agree), so
 the tests can run them both on the real files and on doctored copies, proving
@@ -28,6 +29,9 @@ PYPROJECT = ROOT / "pyproject.toml"
 ENVIRONMENT = ROOT / "environment.yml"
 CI_RUN = ROOT / ".ci" / "run"
 README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+#: the README's budget, in words of prose (code blocks, comments and link targets not counted)
+README_MAX_WORDS = 1200
 
 # conda-only packages that the conda route needs and pyproject cannot name.
 CONDA_TOOLING = {"python", "pip"}
@@ -189,7 +193,46 @@ def test_readme_test_command_is_the_one_ci_runs():
 
 
 def test_readme_open_course_command():
-    assert fenced_after(README.read_text(), "open-course") == "jupyter lab course/"
+    """The README opens a learner's own copy (``python -m specdec_lib course``), never the tracked notebooks that
+    nbval and the site read, and the command exists."""
+    from specdec_lib.__main__ import COMMANDS
+
+    command = fenced_after(README.read_text(), "open-course")
+    assert command == "python -m specdec_lib course"
+    assert command.split()[3] in COMMANDS
+
+
+def readme_prose(text: str) -> str:
+    """The README's prose: no fenced code, HTML comments or link targets (a table's cells count as prose)."""
+    text = re.sub(r"```.*?```", "", text, flags=re.S)
+    text = re.sub(r"<!--.*?-->", "", text, flags=re.S)
+    return re.sub(r"\]\([^)]*\)", "]", text)
+
+
+def prose_words(text: str) -> int:
+    return len([word for word in readme_prose(text).split() if re.search(r"\w", word)])
+
+
+def test_prose_words_skip_code_comments_and_link_targets():
+    text = "Two words\n<!-- a comment here -->\n```bash\npython -m x y z\n```\n[a link](docs/some/long/path.md) | --- |"
+    assert prose_words(text) == 4  # Two, words, [a, link]
+
+
+def test_readme_is_a_short_page_a_newcomer_can_start_from():
+    text = README.read_text()
+    words = prose_words(text)
+    assert words <= README_MAX_WORDS, (
+        f"README.md has {words} words of prose, over {README_MAX_WORDS}: move the detail to a page in docs/"
+    )
+    assert re.search(r"^#+ Start here", text, flags=re.M), "README.md has no 'Start here' section"
+    for marker in ("open-course", "test-command", "site-command"):
+        assert f"<!-- {marker} -->" in text, f"README.md lost its <!-- {marker} --> command"
+    assert fenced_after(text, "site-command").startswith("python -m specdec_lib site")
+    linked = set(re.findall(r"\]\((docs/[^)#\s]+)", text))
+    pages = {page.relative_to(ROOT).as_posix() for page in sorted(DOCS.glob("*.md"))}
+    assert pages, "docs/ holds no pages"
+    assert not pages - linked, f"README.md does not link {sorted(pages - linked)}"
+    assert not {link for link in linked if not (ROOT / link).is_file()}, f"README.md links missing pages: {linked}"
 
 
 def test_sanitize_file_named_by_the_test_command_exists_and_parses():
@@ -335,12 +378,13 @@ def test_checker_on_a_doctored_file_on_disk(tmp_path):
     ]
 
 
-def test_readme_library_layout_lists_only_modules_that_exist_as_available():
-    rows = re.findall(r"^\|\s*(`specdec_lib/[^|]*)\|[^|]*\|\s*([\w ]+?)\s*\|$", README.read_text(), flags=re.M)
-    assert rows, "README has no library layout table"
+def test_library_layout_lists_only_modules_that_exist_as_available():
+    page = DOCS / "library.md"
+    rows = re.findall(r"^\|\s*(`specdec_lib/[^|]*)\|[^|]*\|\s*([\w ]+?)\s*\|$", page.read_text(), flags=re.M)
+    assert rows, "docs/library.md has no library layout table"
     for paths, status in rows:
         assert status in ("available", "in progress", "planned"), f"unknown status {status!r}"
         if status != "available":
             continue
         for path in re.findall(r"`(specdec_lib/[^`]+)`", paths):
-            assert (ROOT / path).exists(), f"README lists {path} as available but it does not exist"
+            assert (ROOT / path).exists(), f"docs/library.md lists {path} as available but it does not exist"

@@ -23,14 +23,16 @@ from urllib.parse import urljoin, urlparse
 import pytest
 
 from specdec_lib.core.errors import ConfigError
-from specdec_lib.teaching.site import COURSE_DIR, build_site, course_pages, replace_site
+from specdec_lib.teaching import site as site_module
+from specdec_lib.teaching.site import (AUTHOR, COURSE_DIR, DOCS_DIR, build_site, course_pages, docs_pages, replace_site,
+                                       site_name)
 
 ROOT = Path(__file__).resolve().parents[1]
 SCREENSHOTS = ROOT / "build" / "site-screenshots"
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 INSTALL = 'apt-get install -y chromium chromium-driver && pip install -e ".[site]"'
-PAGES = course_pages(COURSE_DIR)
+PAGES = course_pages(COURSE_DIR) + docs_pages(DOCS_DIR)
 NOTEBOOKS = [page for page in PAGES if page.suffix == ".ipynb"]
 GLOSSARY = COURSE_DIR / "glossary.md"
 # the theme and myst-parser on Sphinx 9: their deprecations are not ours to fix
@@ -59,7 +61,7 @@ def module_available(name: str) -> bool:
 
 
 def page_url(base: str, page: Path, course_dir: Path = COURSE_DIR) -> str:
-    return urljoin(base, page.relative_to(course_dir).with_suffix(".html").as_posix())
+    return urljoin(base, site_name(page, course_dir) + ".html")
 
 
 def stored_pngs(notebook: Path) -> int:
@@ -200,6 +202,30 @@ def test_the_site_builds_without_warnings(site):
     assert built.warnings == [], "Sphinx warned while building the site:\n" + "\n".join(built.warnings)
 
 
+def test_the_site_has_the_guide_and_names_its_authors(site):
+    """The guide's pages (docs/) are in the site under docs/, listed by the index; no page says the author is unset."""
+    built, out = site
+    guide = docs_pages(DOCS_DIR)
+    assert guide, "docs/ holds no pages for the site's guide"
+    index = (out / "index.html").read_text(encoding="utf-8")
+    for page in guide:
+        assert (out / "docs" / f"{page.stem}.html").is_file(), f"the site has no page for docs/{page.name}"
+        assert f'href="docs/{page.stem}.html"' in index, f"the index does not link docs/{page.name}"
+    unset = [html.relative_to(out).as_posix() for html in sorted(out.rglob("*.html"))
+             if "Author name not set" in html.read_text(encoding="utf-8")]
+    assert not unset, f"pages that say 'Author name not set': {unset}"
+    assert AUTHOR in index
+
+
+def test_without_the_site_extra_the_command_says_what_to_install(monkeypatch, capsys):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "sphinx", None)  # import sphinx now raises ModuleNotFoundError
+    assert site_module.main(["--out", "unused"]) == 1
+    err = capsys.readouterr().err
+    assert 'pip install -e ".[site]"' in err and "sphinx" in err and "Traceback" not in err
+
+
 def test_the_index_lists_every_page(site, site_url, browser):
     from selenium.webdriver.common.by import By
 
@@ -213,7 +239,7 @@ def test_the_index_lists_every_page(site, site_url, browser):
     screenshot(browser, "index.png")
 
 
-@pytest.mark.parametrize("page", PAGES, ids=[page.relative_to(COURSE_DIR).with_suffix("").as_posix() for page in PAGES])
+@pytest.mark.parametrize("page", PAGES, ids=[site_name(page) for page in PAGES])
 def test_every_page_shows_its_figures_and_no_errors(site, site_url, browser, page):
     from selenium.webdriver.common.by import By
 
@@ -285,7 +311,7 @@ def write_tiny_course(folder: Path) -> None:
 def test_a_link_to_an_html_anchor_resolves_and_a_dangling_one_warns(tmp_path, serve, browser):
     require("Sphinx and myst-nb (the site extra)", module_available("myst_nb"))
     write_tiny_course(tmp_path / "course")
-    built = build_site(tmp_path / "site", tmp_path / "course")
+    built = build_site(tmp_path / "site", tmp_path / "course", docs_dir=None)
     lost = [w for w in built.warnings if "'lost'" in w]
     assert lost and lost[0].startswith(str(tmp_path / "course" / "00_tiny.ipynb")), built.warnings
     assert not [w for w in built.warnings if "'draft'" in w], built.warnings

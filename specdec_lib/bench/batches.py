@@ -213,7 +213,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None, metavar="PATH")
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument("--table", type=Path, nargs="+", default=None, metavar="JSON",
-                        help="measure nothing: print these JSON files as the README's Markdown tables")
+                        help="measure nothing: print these JSON files as the Markdown tables of docs/benchmarks.md")
     args = parser.parse_args(argv)
     if args.table:
         print(json_blocks(args.table, describe_document, batches_markdown))

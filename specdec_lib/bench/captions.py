@@ -14,8 +14,9 @@ def format_value(value: object, digits: int = 2, suffix: str = "", blank: str = 
 
 
 def describe_machine(machine: dict) -> str:
-    """``"cpu (2 threads) on 2 CPUs (AMD EPYC 7B13), torch 2.13.0+cpu"``: the start of every README table's caption
-    (files written before the bench recorded the CPU's model name give the architecture, e.g. x86_64)."""
+    """``"cpu (2 threads) on 2 CPUs (<the CPU's model name>), torch 2.13.0+cpu"``: the start of every caption of the
+    generated tables in docs/benchmarks.md (files written before the bench recorded the CPU's model name give the
+    architecture, e.g. x86_64)."""
     cpu = machine.get("cpu_model") or machine["processor"]
     return f"{machine['device']} on {machine['cpu_count']} CPUs ({cpu}), torch {machine['torch']}"
 

@@ -253,7 +253,7 @@ def format_profile(profile: dict | None) -> str:
 
 
 def cpu_model() -> str:
-    """The CPU's model name (``/proc/cpuinfo`` on Linux, e.g. "AMD EPYC 7B13"), else what ``platform`` knows: tiny
+    """The CPU's model name (the ``model name`` line of ``/proc/cpuinfo`` on Linux), else what ``platform`` knows: tiny
     models' speed-ups depend on the CPU's caches and memory, so a benchmark must say which CPU it ran on."""
     cpuinfo = Path("/proc/cpuinfo")
     if cpuinfo.is_file():

@@ -88,8 +88,9 @@ DRAFTERS: dict[str, DrafterRow] = {row.name: row for row in (
     DrafterRow("eagle", lambda pair, cross: load_eagle(pair.target)),
 )}
 
-#: The gammas each drafter runs at by default: the best ones of earlier runs for the model drafters, longer
-#: drafts for the model-free ones (a wrong copied token costs little when drafting is free).
+#: The gammas each drafter runs at by default: short drafts for the model drafters (every drafted token costs a
+#: forward; `python -m specdec_lib bench tuning` sweeps them), longer drafts for the model-free ones (a wrong
+#: copied token costs little when drafting is free).
 DEFAULT_GAMMAS = {"draft-model": (3,), "cross-tokenizer": (3,), "prompt-lookup": (4, 8), "prompt-lookup-latest": (8,),
                   "suffix": (8,), "early-exit": (3, 5), "medusa-heads": (3,), "eagle": (3, 5)}
 DEFAULT_TASKS = TASKS
@@ -214,7 +215,7 @@ def drafters_markdown(document: dict) -> str:
 
 def tables_markdown(paths: Sequence[Path], root: Path | None = None) -> str:
     """For each JSON file (relative to ``root``, default the working directory): its run in one line, its table
-    (what the README holds between ``<!-- drafters-table: FILES -->`` markers)."""
+    (what docs/benchmarks.md holds between ``<!-- drafters-table: FILES -->`` markers)."""
     return json_blocks(paths, describe_document, drafters_markdown, root)
 
 
@@ -246,7 +247,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None, metavar="PATH")
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument("--table", type=Path, nargs="+", default=None, metavar="JSON",
-                        help="measure nothing: print these JSON files as the README's Markdown tables")
+                        help="measure nothing: print these JSON files as the Markdown tables of docs/benchmarks.md")
     args = parser.parse_args(argv)
     if args.table:
         print(tables_markdown(args.table))

@@ -1,10 +1,10 @@
-"""The README's benchmark table, generated from bench JSON files (never typed by hand).
+"""The benchmark tables of docs/benchmarks.md, generated from bench JSON files (never typed by hand).
 
     python -m specdec_lib.bench.results_table data/bench/code-1-thread.json data/bench/code-2-threads.json
 
 prints, for each file, one line saying where and how it was measured (machine, threads, settings, from the JSON
 itself) and a Markdown table of its rows: the same numbers `python -m specdec_lib bench` printed, in the same
-formats. tests/test_packaging.py checks that the README holds exactly this output for the files it names.
+formats. tests/test_bench.py checks that docs/benchmarks.md holds exactly this output for the files it names.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def markdown_table(document: dict) -> str:
 def json_blocks(paths: Sequence[Path], describe: Callable[[dict], str], render: Callable[[dict], str],
                 root: Path | None = None) -> str:
     """For each JSON file (relative to ``root``, default the working directory): `` `path`: describe(doc).``, a
-    blank line, ``render(doc)``; the README's generated blocks of every bench suite are made this way."""
+    blank line, ``render(doc)``; the generated blocks of every bench suite in docs/benchmarks.md are made this way."""
     blocks = []
     for path in paths:
         document = json.loads((Path(root or ".") / path).read_text(encoding="utf-8"))
@@ -69,7 +69,7 @@ def results_markdown(paths: Sequence[Path], root: Path | None = None) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m specdec_lib.bench.results_table",
-                                     description="Print the README's results table of each JSON file written by "
+                                     description="Print the results table (as in docs/benchmarks.md) of each JSON file written by "
                                                  "`python -m specdec_lib bench --json PATH`.")
     parser.add_argument("paths", nargs="+", type=Path, metavar="BENCH.json")
     paths = parser.parse_args(sys.argv[1:] if argv is None else argv).paths

@@ -189,7 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--json", type=Path, default=None, metavar="PATH")
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument("--table", type=Path, nargs="+", default=None, metavar="JSON",
-                        help="measure nothing: print these JSON files as the README's Markdown tables")
+                        help="measure nothing: print these JSON files as the Markdown tables of docs/benchmarks.md")
     return parser
 
 
