@@ -83,6 +83,14 @@ def test_speedup_the_exponent_gamma_is_named():
     assert "the numerator is 1 − α^(γ + 1)" in repr(check.my_expected_speedup(exponent_gamma))
 
 
+def test_speedup_forgetting_the_targets_own_token_is_named():
+    def accepted_only(alpha, gamma, c):
+        return sum(alpha**i for i in range(1, gamma + 1)) / (gamma * c + 1)
+
+    report = check.my_expected_speedup(accepted_only)
+    assert not report and "left out the target's own token" in repr(report), repr(report)
+
+
 def test_speedup_tokens_per_round_only_is_named():
     def tokens(alpha, gamma, c):
         return sum(alpha**i for i in range(gamma + 1))

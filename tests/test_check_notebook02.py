@@ -43,6 +43,15 @@ def test_reported_q_the_residual_of_the_true_q_is_named():
     assert "the verifier knows only the q the drafter reported" in repr(check.output_with_reported_q(true_residual))
 
 
+def test_reported_q_recovering_from_p_instead_of_the_residual_is_named():
+    def from_p(p, q_true, q_reported):
+        kept = q_true * torch.clamp(p / q_reported, max=1.0)
+        return kept + (1 - kept.sum()) * p, float(kept.sum())
+
+    report = check.output_with_reported_q(from_p)
+    assert not report and "you drew the recovered token from p" in repr(report), repr(report)
+
+
 def test_reported_q_a_zero_residual_divided_is_named():
     def divides(p, q_true, q_reported):
         kept = q_true * torch.clamp(p / q_reported, max=1.0)

@@ -40,6 +40,42 @@ def test_each_usual_mistake_gets_its_hint(mistake, words):
     assert not report and words in repr(report), repr(report)
 
 
+@pytest.mark.parametrize("sizes, words", [
+    (lambda top: range(top - 1, 0, -1), "never tries n = max_ngram"),
+    (lambda top: range(top, 1, -1), "never tries n = 1"),
+    (lambda top: range(top + 1, 0, -1), "starts one too high"),
+])
+def test_an_off_by_one_n_range_gets_its_own_hint(sizes, words):
+    def off_by_one(tokens, k, max_ngram=3):
+        for n in sizes(min(max_ngram, len(tokens) - 1)):
+            if not 0 < n < len(tokens):
+                continue
+            for start in range(len(tokens) - n - 1, -1, -1):
+                if tokens[start : start + n] == tokens[-n:]:
+                    return tokens[start + n : start + n + k]
+        return []
+
+    report = check.latest_prompt_lookup(off_by_one)
+    assert not report and words in repr(report) and "is always the suffix itself" not in repr(report), repr(report)
+
+
+@pytest.mark.parametrize("mistake, words", [
+    (dict(tail=2), "starts one position too early"),
+    (dict(start_stop=0), "never looks at start position 0"),
+])
+def test_an_off_by_one_scan_gets_its_own_hint(mistake, words):
+    def scan(tokens, k, max_ngram=3):
+        tail, stop = mistake.get("tail", 1), mistake.get("start_stop", -1)
+        for n in range(min(max_ngram, len(tokens) - 1), 0, -1):
+            for start in range(len(tokens) - n - tail, stop, -1):
+                if tokens[start : start + n] == tokens[-n:]:
+                    return tokens[start + n : start + n + k]
+        return []
+
+    report = check.latest_prompt_lookup(scan)
+    assert not report and words in repr(report), repr(report)
+
+
 def test_the_stub_a_crash_and_a_wrong_type_are_messages():
     def stub(tokens, k, max_ngram=3):
         raise NotImplementedError  # your code here
@@ -73,9 +109,20 @@ def test_wrong_speedups_get_their_hint(wrong, words):
     assert not report and words in repr(report), repr(report)
 
 
-def test_v_of_d_without_the_plus_one_fails_on_a_round_that_drafted_nothing():
+def test_v_of_d_without_the_plus_one_fails_on_a_round_that_drafted_nothing_and_gets_its_hint():
     report = check.free_draft_speedup(lambda rounds, v: sum(e for _, e in rounds) / sum(v[d] for d, _ in rounds))
     assert not report and "raised KeyError: 0" in repr(report)
+    assert "verifies d + 1 positions, the target's own last token" in repr(report)
+
+
+@pytest.mark.parametrize("wrong, words", [
+    (lambda rounds, v: sum(e - 1 for _, e in rounds) / sum(v[d + 1] for d, _ in rounds),
+     "You left out the target's own token"),
+    (lambda rounds, v: sum(d for d, _ in rounds) / sum(v[d + 1] for d, _ in rounds), "You counted the drafted tokens"),
+])
+def test_speedups_that_count_the_wrong_tokens_get_their_hint(wrong, words):
+    report = check.free_draft_speedup(wrong)
+    assert not report and words in repr(report), repr(report)
 
 
 def test_the_speedup_stub_says_so():
@@ -91,6 +138,7 @@ def test_the_speedup_stub_says_so():
 def test_which_exit_right_and_wrong_options():
     right = check.which_exit("b")
     assert right and "shallow exit that was trained" in repr(right)
+    assert "may agree more" not in repr(right)  # the solution's run: the untrained deeper exits agree less
     for wrong in sorted(set(EXIT_FEEDBACK) - {"b"}):
         report = check.which_exit(wrong)
         assert not report and repr(report).startswith(f"❌ which_exit: answer fails.\n   Not ({wrong}).")

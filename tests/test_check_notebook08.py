@@ -78,3 +78,27 @@ def test_every_wrong_option_fails_with_its_feedback(letter):
 
 def test_no_answer_yet_is_a_message():
     assert "Answer with one of 'a', 'b', 'c', 'd'" in repr(check.queued_ttft(None))
+
+
+def test_the_feedback_types_no_measured_number_and_its_claims_hold_in_every_stored_load_test():
+    import json
+    import re
+
+    from specdec_lib.core.paths import data_dir
+    from specdec_lib.teaching.check.notebook08 import QUEUED_TTFT_FEEDBACK
+
+    for letter, text in QUEUED_TTFT_FEEDBACK.items():
+        assert not re.search(r"\d\.\d", text), (letter, text)  # e.g. no "1.71 tokens per chunk"
+    files = sorted((data_dir() / "bench").glob("serve-*.json"))
+    assert files
+    for path in files:
+        rows = json.loads(path.read_text())["rows"]
+        lookup = [row for row in rows if row["prompt_lookup"] != "off"]
+        plain = {row["concurrency"]: row for row in rows if row["prompt_lookup"] == "off"}
+        # (c): with lookup, tokens per chunk stay above 1 and the same at every concurrency
+        assert all(row["tokens_per_chunk"] > 1 for row in lookup), path
+        assert len({round(row["tokens_per_chunk"], 9) for row in lookup}) == 1, path
+        # (b): at concurrency 4 the queue drains sooner with lookup; (a): TTFT grows with concurrency either way
+        assert next(r for r in lookup if r["concurrency"] == 4)["ttft_p50_s"] < plain[4]["ttft_p50_s"], path
+        for row in lookup:
+            assert row["ttft_p50_s"] >= next(r for r in lookup if r["concurrency"] == 1)["ttft_p50_s"], path

@@ -115,9 +115,9 @@ def _fit_cases() -> list[Case]:
     lengths = torch.arange(63, 223, dtype=torch.float64)  # [160]: prompt of 62 tokens, 160 steps, as in section 6
     noisy = 0.0164 + 6.3e-4 * lengths + 1e-3 * torch.randn(len(lengths), generator=generator, dtype=torch.float64)
     short = torch.tensor([10.0, 20.0, 30.0, 40.0], dtype=torch.float64)
-    lines = [("an exact line: 20 ms + 0.5 ms per token", lengths, 0.020 + 5e-4 * lengths),
+    lines = [("an exact line: intercept 0.020, slope 0.0005 per token", lengths, 0.020 + 5e-4 * lengths),
              ("a noisy line like section 6's measurement", lengths, noisy),
-             ("four points, 2 ms + 0.1 ms per token", short, 0.002 + 1e-4 * short)]
+             ("four points: intercept 0.002, slope 0.0001 per token", short, 0.002 + 1e-4 * short)]
     return [Case(name, (x, y), _least_squares(x, y)) for name, x, y in lines]
 
 

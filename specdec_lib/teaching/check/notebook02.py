@@ -92,6 +92,13 @@ def _judge_reported(case: Case, got: Any) -> str | None:
     if torch.allclose(out, true_residual.double(), atol=1e-6):
         return mismatch(shown, (out, alpha), "the recovered token is drawn from norm(max(p − q_reported, 0)): the "
                                              "verifier knows only the q the drafter reported.")
+    from_p = kept + (1 - expected_alpha) * p  # recovered from p itself, not from the residual
+    if torch.allclose(out, from_p.double(), atol=1e-6):
+        return mismatch(shown, (out, alpha), "you drew the recovered token from p. After a rejection it comes from "
+                                             "the residual norm(max(0, p − q_reported)): acceptance already gives each token "
+                                             "min(p, q_reported) of its mass, so drawing the rest from p again "
+                                             "over-weights the tokens the draft proposes at least as often as p "
+                                             "(q ≥ p): the output leans towards the draft.")
     if abs(float(out.sum()) - 1) > 1e-4:
         return mismatch(shown, (out, alpha), "out must sum to 1: the accepted mass q_true · min(1, p / q_reported) "
                                              "plus (1 − alpha) × the residual norm(max(p − q_reported, 0)).")

@@ -248,7 +248,7 @@ def _crossover_cases() -> list[Case]:
     pairs = [("the target: 36864 bytes per token, 45650880 bytes of weights", 36_864, 45_650_880),
              ("weights exactly 1000 tokens' worth: at 1000 tokens the cache only equals them", 4_096, 4_096_000),
              ("a cache that outgrows the weights at the first token", 10_000, 5_000),
-             ("131072 bytes per token, 16 GB of weights", 131_072, 16 * 10**9)]
+             ("131072 bytes per token, 16e9 bytes of weights (a Llama-3-8B-like model)", 131_072, 16 * 10**9)]
     return [Case(name, (per_token, weights), weights // per_token + 1) for name, per_token, weights in pairs]
 
 
@@ -281,12 +281,13 @@ def crossover_length(learner: Any) -> CheckReport:
 
 def llama_cache_crossover(tokens: Any) -> CheckReport:
     """Check the context length at which a Llama-3-8B-like model's cache (32 layers, 8 KV heads of 128 dims, bf16)
-    exceeds ~16 GB of weights (16 GiB accepted too)."""
+    exceeds its weights, taken as 16e9 bytes (16 * 2**30 bytes is accepted too)."""
     per_token = 2 * 32 * 8 * 128 * 2
     return check_value(
         "llama_cache_crossover", tokens, 16 * 10**9 // per_token + 1, rel_tol=0.08,
         too_low="your bytes per token are too large: 8 KV heads (not the 32 attention heads), 2 bytes per bf16 value "
                 "(not 16 bits, not float32's 4).",
         too_high="your bytes per token are too small: did you forget the factor 2 (keys and values) or the 32 layers?",
-        note=f"{per_token} bytes = 128 KiB per token: an 8k-token sequence holds 1 GiB, and a batch of 16 such "
-             "sequences already outweighs the weights. The draft adds its own cache per sequence.")
+        note=f"{per_token} bytes ({per_token // 1024} KiB) per token: a sequence of 8192 tokens holds "
+             f"{8192 * per_token / 2**30:g} GiB, and a batch of 16 such sequences already outweighs the weights. The "
+             "draft adds its own cache per sequence.")

@@ -188,8 +188,8 @@ def intersection_ceiling(learner: Any) -> CheckReport:
 
 
 def intersection_gap(answer: Any) -> CheckReport:
-    """About 82 % of the target's greedy code tokens lie in the intersection, yet the token-by-token drafter's greedy
-    alpha is about 0.50. Why so far below?
+    """Most of the target's greedy code tokens lie in the intersection (the notebook prints the share), yet the
+    token-by-token drafter's greedy alpha is far lower. Why so far below?
 
     (a) the ceiling is computed wrongly: tokens inside the intersection cannot be drafted either;
     (b) inside the intersection a token is only *possible*: the draft must also rank it first, while it writes in
@@ -199,8 +199,8 @@ def intersection_gap(answer: Any) -> CheckReport:
     (d) the alpha of the text round trip is higher only because it proposes more tokens per round.
     """
     return check_choice("intersection_gap", answer, "b", {
-        "a": "A token of the intersection has the same text in both vocabularies, so the drafter can propose it; the "
-             "82 % is a real ceiling, the share of the target's tokens the drafter could ever propose.",
+        "a": "A token of the intersection has the same text in both vocabularies, so the drafter can propose it; that "
+             "share is a real ceiling, the share of the target's tokens the drafter could ever propose.",
         "b": "Yes. The ceiling says which tokens are reachable, not which the draft picks. Drafting token by token in "
              "the target's segmentation, the draft reads splits it never saw in training (it would write "
              "'▁▁▁▁▁▁▁▁' and 'return', not '▁return' after a newline), and where its own best token lies outside the "

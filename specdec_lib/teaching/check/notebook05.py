@@ -12,6 +12,7 @@ names that mistake instead of only showing expected against got.
 
 from __future__ import annotations
 
+import copy
 import random
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -32,12 +33,15 @@ def _first(tokens: list[int], k: int, max_ngram: int = 3) -> list[int]:
 
 
 def _scan(tokens: list[int], k: int, max_ngram: int, sizes: Callable[[int], range], *, tail: int = 1,
-          keep_match: bool = False, cap: bool = True) -> list[int]:
-    """Latest-occurrence lookup with one thing changed: the order of the n tried (``sizes``), where the scan
-    starts (``tail = 0``: at the suffix itself), whether the match itself is copied, whether k caps the draft."""
+          stop: int = -1, keep_match: bool = False, cap: bool = True) -> list[int]:
+    """Latest-occurrence lookup with one thing changed: the order of the n tried (``sizes``, given the largest n
+    that fits), where the scan starts (``tail = 0``: at the suffix itself; 2: one occurrence too early) and stops
+    (``stop = 0``: never at position 0), whether the match itself is copied, whether k caps the draft."""
     for n in sizes(min(max_ngram, len(tokens) - 1)):
+        if not 0 < n < len(tokens):
+            continue
         suffix = tokens[-n:]
-        for start in range(len(tokens) - n - tail, -1, -1):
+        for start in range(len(tokens) - n - tail, stop, -1):
             if tokens[start : start + n] == suffix:
                 begin = start if keep_match else start + n
                 return tokens[begin : begin + k] if cap else tokens[begin:]
@@ -52,10 +56,26 @@ def _shortest_first(top: int) -> range:
     return range(1, top + 1)
 
 
+_RANGE_STOP = "range(top, 0, -1) counts down to 1: range's stop is exclusive, its start is not."
+
 LOOKUP_MISTAKES = [
     (_first, "That is the continuation of the *first* (leftmost) occurrence, the rule of transformers and "
              "find_continuation's default. Scan the start positions from right to left, latest first: "
              "range(len(tokens) - n - 1, -1, -1)."),
+    (lambda t, k, m=3: _scan(t, k, m, lambda top: range(top - 1, 0, -1)),
+     "Your n range never tries n = max_ngram: the longest n-gram to match is min(max_ngram, len(tokens) - 1) "
+     "itself, so start there, range(min(max_ngram, len(tokens) - 1), 0, -1). " + _RANGE_STOP),
+    (lambda t, k, m=3: _scan(t, k, m, lambda top: range(top, 1, -1)),
+     "Your n range never tries n = 1 (a single recurring token): range(top, 1, -1) stops at 2. " + _RANGE_STOP),
+    (lambda t, k, m=3: _scan(t, k, m, lambda top: range(top + 1, 0, -1)),
+     "Your n range starts one too high: n runs from min(max_ngram, len(tokens) - 1) down to 1, never above "
+     "max_ngram. " + _RANGE_STOP),
+    (lambda t, k, m=3: _scan(t, k, m, _longest_first, tail=2),
+     "Your scan starts one position too early and misses an occurrence that ends right before the last token: "
+     "the latest candidate start is len(tokens) - n - 1 (its n-gram ends at index len(tokens) - 2)."),
+    (lambda t, k, m=3: _scan(t, k, m, _longest_first, stop=0),
+     "Your scan never looks at start position 0: range(len(tokens) - n - 1, 0, -1) stops at 1. To reach the first "
+     "token, the stop must be -1: range(len(tokens) - n - 1, -1, -1)."),
     (lambda t, k, m=3: _scan(t, k, m, _longest_first, tail=0),
      "The latest occurrence of the last n tokens is always the suffix itself, and nothing follows it. Start the "
      "scan one position earlier, at len(tokens) - n - 1, so that the occurrence ends before the last token."),
@@ -100,19 +120,47 @@ def _same_tokens(a: Any, b: Any) -> bool:
         return False
 
 
+def _answers(function: Callable, cases: Sequence[Case]) -> list[Any]:
+    """``function``'s answer on every case (None where it raises)."""
+    answers = []
+    for case in cases:
+        try:
+            answers.append(function(*copy.deepcopy(case.args)))
+        except Exception:  # noqa: BLE001 - a crash is simply not an answer that agrees with anything
+            answers.append(None)
+    return answers
+
+
+def _closest_mistake(learner: Callable, cases: Sequence[Case], case: Case, got: Any) -> str:
+    """The hint of the usual mistake that explains the learner's answers best: among those giving ``got`` on the
+    failing ``case`` (and not the right answer), the one that agrees with the learner on the most hidden cases.
+    Several mistakes can give the same wrong answer on one case (an empty draft, say); across all cases only the
+    learner's own mistake keeps agreeing."""
+    theirs = _answers(learner, cases)
+    best, best_agreement = "", -1
+    for mistake, hint in LOOKUP_MISTAKES:
+        if not find_mistake(got, case.args, case.expected, [(mistake, hint)], _same_tokens):
+            continue
+        agreement = sum(a is not None and _same_tokens(a, b) for a, b in zip(theirs, _answers(mistake, cases)))
+        if agreement > best_agreement:
+            best, best_agreement = hint, agreement
+    return best
+
+
 def latest_prompt_lookup(learner: Callable) -> CheckReport:
     """Exercise 1: ``learner(tokens, k, max_ngram)`` must return the up to k tokens that followed the latest
     earlier occurrence of the longest recurring suffix n-gram (``find_continuation(..., rule="latest")``), on
     hand-made and random token lists."""
+    cases = _lookup_cases()
 
     def judge(case: Case, got: Any) -> str | None:
         if not isinstance(got, (list, tuple)):
             return f"Expected a list of token ids, got {type(got).__name__}."
         if _same_tokens(got, case.expected):
             return None
-        return mismatch(case.expected, got, find_mistake(got, case.args, case.expected, LOOKUP_MISTAKES, _same_tokens))
+        return mismatch(case.expected, got, _closest_mistake(learner, cases, case, got))
 
-    return run_cases("latest_prompt_lookup", learner, _lookup_cases(), judge)
+    return run_cases("latest_prompt_lookup", learner, cases, judge)
 
 
 # --- exercise 2: gamma for a drafter that is free ---------------------------------------------------------------
@@ -138,7 +186,18 @@ SPEEDUP_MISTAKES = [
      "average of ratios weights a cheap one-token round like a long accepted copy."),
     (lambda rounds, v: sum(v[d + 1] for d, _ in rounds) / sum(e for _, e in rounds),
      "That is the cost per token, the inverse of the speed-up: return tokens / cost."),
+    (lambda rounds, v: sum(e - 1 for _, e in rounds) / sum(v[d + 1] for d, _ in rounds),
+     "You left out the target's own token. Every verification forward emits the accepted drafts *plus* one token "
+     "of the target's (recovered or bonus), and `emitted` already counts it: the tokens are sum(emitted), not "
+     "sum(emitted - 1). A round that drafted nothing still writes one token."),
+    (lambda rounds, v: sum(d for d, _ in rounds) / sum(v[d + 1] for d, _ in rounds),
+     "You counted the drafted tokens. Only the accepted ones enter the text, plus the target's own token each "
+     "round: the tokens are sum(emitted)."),
 ]
+
+_POSITIONS_HINT = ("A round with d drafts verifies d + 1 positions, the target's own last token and then the d drafts, "
+                   "so its cost is verify_cost[d + 1]; verify_cost has no entry 0, because even a round that drafted "
+                   "nothing runs the target on one position.")
 
 _COSTS = {n: 1.0 + 0.07 * (n - 1) for n in range(1, 18)}  # a CPU-like v: 17 positions cost about twice one
 _STEEP = {n: 1.0 + 0.25 * (n - 1) for n in range(1, 10)}  # a verify forward that is dear per position
@@ -167,7 +226,11 @@ def free_draft_speedup(learner: Callable) -> CheckReport:
         hint = find_mistake(got, case.args, case.expected, SPEEDUP_MISTAKES, lambda a, b: close(a, b, rel_tol=1e-9))
         return mismatch(case.expected, got, hint)
 
-    return run_cases("free_draft_speedup", learner, SPEEDUP_CASES, judge)
+    report = run_cases("free_draft_speedup", learner, SPEEDUP_CASES, judge)
+    if not report and report.problem.startswith("Your function raised KeyError: 0"):
+        return CheckReport(report.exercise, report.cases, report.failed_case, report.case_name,
+                           report.problem + "\nHint: " + _POSITIONS_HINT)
+    return report
 
 
 # --- exercise 3: which exit? -----------------------------------------------------------------------------------
@@ -175,16 +238,18 @@ def free_draft_speedup(learner: Callable) -> CheckReport:
 EXIT_FEEDBACK = {
     "a": "Depth alone does not make an exit readable, and c is not free: each shallow pass runs E layers plus the "
          "LM head, so c grows with E, about (E layers + head) / (24 layers + head). An exit as deep as 12 pays "
-         "half a target forward per draft, and drafted no better than 8 in the solution's run.",
-    "b": "Yes. Layer 2 was never asked to be read by the LM head (the auxiliary loss trained layer 4 only) and "
-         "drafts poorly. Deeper exits sit closer to the final representation and may agree more often, but each "
-         "draft costs more: c ~ (E layers + LM head) / (24 layers + LM head), about 0.15 at E = 2, 0.22 at 4, "
-         "0.38 at 8 and 0.54 at 12 on the embedded target. The speed optimum is a shallow exit that was trained.",
+         "half a target forward per draft, and in the solution's run the untrained exits at 8 and 12 drafted worse "
+         "than the trained one at 4.",
+    "b": "Yes. Only layer 4 was trained to be read by the LM head (the auxiliary loss); the other exits were not, and "
+         "depth does not make up for it: the solution's run prints the alpha of each, and the untrained exits, "
+         "shallower or deeper, agree with the target less often than layer 4. Each draft also costs more the deeper "
+         "the exit: c ~ (E layers + LM head) / (24 layers + LM head), about 0.15 at E = 2, 0.22 at 4, 0.38 at 8 and "
+         "0.54 at 12 on the embedded target. The speed optimum is a shallow exit that was trained.",
     "c": "The output does not depend on the exit: verification checks every draft with the full target, so any "
          "exit layer gives the target's own greedy tokens (the exercise can assert it). Only acceptance and cost "
          "change.",
-    "d": "The LM head (4096 x 192) weighs about two layers, not the whole model: c still grows by one layer's "
-         "weights per extra layer, from about 0.15 at E = 2 to 0.54 at E = 12.",
+    "d": "The LM head (vocabulary x hidden size) weighs about two layers, not the whole model: c still grows by one "
+         "layer's weights per extra layer, from about 0.15 at E = 2 to 0.54 at E = 12.",
 }
 
 
@@ -192,8 +257,8 @@ def which_exit(answer: Any) -> CheckReport:
     """Exercise 3 (multiple choice): what happens above and below the trained exit layer, and what of c?
 
     (a) Deeper exits always draft better, so the deepest exit is the fastest.
-    (b) Below layer 4 the exit was never trained and drafts poorly; above it drafts may agree more, but c grows
-        with E, so a shallow, trained exit is where drafting pays.
+    (b) Only the trained exit (layer 4) drafts well: the untrained exits, shallower or deeper, agree less often,
+        and c grows with E, so a shallow, trained exit is where drafting pays.
     (c) Any exit other than layer 4 breaks token identity, because the KV cache is shared.
     (d) c is about the same for every exit, because the LM head dominates the cost of a shallow pass.
     """

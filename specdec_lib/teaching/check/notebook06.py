@@ -246,7 +246,7 @@ PERCENTILE_MISTAKES = [
      "not p / 100 * n."),
     (lambda v, p: _interpolated(list(v), p / 100 * (len(v) - 1)),
      "Sort the values first: a percentile is read off the sorted list."),
-    (lambda v, p: sum(v) / len(v), "That is the mean. The 95th percentile is the value 95 % of the gaps stay below "
+    (lambda v, p: sum(v) / len(v), "That is the mean. The 95th percentile is the value that 95 in 100 of the gaps stay below "
                                    "(with linear interpolation between neighbours)."),
 ]
 
