@@ -184,6 +184,38 @@ def test_the_library_lines_cite_something():
     assert sum(bool(library_names(line)) for line in lines) >= len(lines) - 3
 
 
+# --- claims about measurements, checked on the stored data ------------------------------------------------------
+
+
+BENCH = COURSE.parent / "data" / "bench"
+
+
+def test_the_cross_tokenizer_entry_says_what_the_stored_benchmarks_show():
+    """The entry says: our cross-tokenizer drafter gains less than the same-tokenizer draft at every draft length and
+    is never slower than the target alone; transformers' universal assisted decoding of the same pair is slower than
+    the target alone at the longest draft length measured. When the stored files say otherwise, change the entry."""
+    entry = glossary_text().split("### cross-tokenizer drafting", 1)[1].split("<a id=", 1)[0]
+    entry = " ".join(entry.split())
+    assert "gains less than the same-tokenizer draft at every draft length" in entry
+    assert "never slower than the target alone" in entry
+    assert "slower than the target alone at the longest draft length measured" in entry
+    files = sorted(BENCH.glob("code-*.json"))
+    assert files
+    for path in files:
+        document = json.loads(path.read_text(encoding="utf-8"))
+        speedup = {(r["method"], r["gamma"]): r["speedup"] for r in document["rows"]}
+        gammas = document["settings"]["gammas"]
+        assert all(speedup[("speculative-cross", g)] < speedup[("speculative", g)] for g in gammas), path.name
+        assert all(speedup[("speculative-cross", g)] >= 1 for g in gammas), path.name
+        assert speedup[("hf-assisted-cross", max(gammas))] < 1, path.name
+
+
+def test_papers_are_cited_by_year_and_arxiv_id_not_by_month():
+    text = glossary_text()
+    assert "arXiv 2211.17192" in text and "arXiv 2302.01318" in text
+    assert not re.search(r"\b(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)[a-z]* 20\d\d", text)
+
+
 # --- the checker itself ---------------------------------------------------------------------------------------
 
 
