@@ -1,8 +1,8 @@
 """What a user of a served model feels, from per-request timings: TTFT, inter-token latency p50/p95, the worst
 request. Shared by the single-request benches (our traces) and the batch bench (rows of one batch).
 
-Averages hide slow requests: a mean ITL of 20 ms can hide a request whose tokens arrive in bursts 200 ms apart.
-So every summary keeps the 95th percentile and the worst request next to the median.
+Averages hide slow requests: a small mean ITL can hide a request whose tokens arrive in bursts, with gaps ten
+times that mean between them. So every summary keeps the 95th percentile and the worst request next to the median.
 """
 
 from __future__ import annotations

@@ -28,8 +28,9 @@ What ``transformers serve`` (5.24) does, read in ``transformers/cli/serve.py`` a
   ignored); the target's own generation config is greedy too.
 - **Concurrency**: by default every request runs ``model.generate`` on one inference thread per model, one
   after the other: concurrent requests *queue* (TTFT grows with concurrency, throughput does not).
-  ``--continuous-batching`` batches them (paged attention); on a small CPU it is far slower than sequential, and
-  it ignores prompt lookup (one token per chunk, no speed-up).
+  ``--continuous-batching`` batches them (paged attention), with a scheduler's work at every step that a small
+  CPU pays for (the load test compares it with the sequential path), and it ignores prompt lookup (one token per
+  chunk, no speed-up).
 - **Prompt lookup through the request: honoured** (sequential path). The body field ``generation_config`` is a
   JSON string; the handler builds the request's ``GenerationConfig`` from it (``_build_generation_config``, then
   ``max_tokens`` sets ``max_new_tokens``), and ``generate`` fills the unset fields from the model's config (EOS

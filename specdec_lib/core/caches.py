@@ -24,7 +24,9 @@ Two kinds of cache (``new_cache(model, kind)``):
       rollback to n tokens:                  length = n        (the stale rows stay, the next append overwrites them)
 
   It is sized to what one generation needs (prompt + max_new_tokens + gamma + 1 positions), not to the model's
-  whole context: at 32k positions a Qwen2.5-1.5B-shaped cache would take about 1.9 GB.
+  whole context: a buffer sized to the context holds ``2 * layers * kv_heads * head_dim * context`` values per
+  sequence (`specdec_lib.core.memory.kv_bytes_per_token` gives the bytes per position), most of which a short
+  generation never uses.
 
 `PreallocatedCache` is a transformers `Cache` made of `PreallocatedLayer` s (a `DynamicLayer` subclass:
 ``update`` / ``get_seq_length`` / ``get_mask_sizes`` / ``crop``), so it plugs into
@@ -58,7 +60,7 @@ def new_cache(model: PreTrainedModel, kind: str = "dynamic", *, max_len: int | N
         cache = DynamicCache(config=model.config)
     else:  # pragma: no cover (transformers releases whose DynamicCache takes no config)
         cache = DynamicCache()
-    if hasattr(cache, "activate_past_recording"):  # sliding layers keep what a rollback needs (transformers >= 5.2x)
+    if hasattr(cache, "activate_past_recording"):  # sliding layers keep what a rollback needs (in transformers 5.24)
         cache.activate_past_recording()
     return cache
 

@@ -30,7 +30,7 @@ from .validation import check_input_ids, context_length
 class _ForwardKeywords:
     """How a model class's ``forward`` wants to be called (read once per class from its signature)."""
 
-    cache: str  # "cache" (transformers >= 5.2x) or "past_key_values" (older 5.x)
+    cache: str  # "cache" (transformers 5.24) or "past_key_values" (5.17)
     cache_position: bool  # older 5.x take explicit cache positions for the attention mask
     logits_to_keep: bool  # compute the LM head only on the last k positions
 

@@ -47,7 +47,7 @@ class SamplingConfig:
         if not _is_real(self.top_p) or not 0 < self.top_p <= 1:
             raise ConfigError(
                 f"top_p must be a number in (0, 1], got {self.top_p!r}. "
-                "Use 1.0 to switch nucleus sampling off, or e.g. 0.9 to keep the smallest set with 90% of the mass."
+                "Use 1.0 to switch nucleus sampling off, or e.g. 0.9 to keep the smallest set holding 0.9 of the mass."
             )
 
     @classmethod

@@ -6,8 +6,8 @@ through the LM head. Head j (j = 1 .. K) maps the *same* ``h_t`` to a guess of `
     head_j(h) = lm_head(h + SiLU(W_j h + b_j))        W_j: [D, D] (zero at initialisation: head_j = lm_head)
 
 The LM head is the target's own, shared and frozen (not copied), so K heads add only ``K (D^2 + D)`` weights
-(about 0.15 M for the embedded target: 0.3 MB in float16). Drafting costs no model forward at all: the hidden
-state comes with the target's verification forward (``wants_target_hidden``), and the heads are K small
+(``2 K (D^2 + D)`` bytes in float16; the shared LM head alone has ``V D``). Drafting costs no model forward at all:
+the hidden state comes with the target's verification forward (``wants_target_hidden``), and the heads are K small
 matrix products plus the LM head on K rows.
 
 One round, the committed sequence ``x_1 .. x_L``: the last hidden state the target reported, row ``n - 1`` of

@@ -20,9 +20,10 @@ the counts were the truth) wins, a longer match winning ties. So the draft lengt
 repetitive stretch, short or empty where the text branched before. This is Arctic Inference's
 ``_speculate_path`` rule, on a plain trie instead of their compressed suffix tree (same counts, simpler code,
 more nodes). Defaults: vLLM's ``suffix_decoding_*`` settings (depth 24, min probability 0.1) except the factor:
-vLLM's 1.0 wastes fewer drafts, which matters in batched GPU serving, but saves fewer target forwards. On the
-embedded pair (greedy, gamma 8, 8 prompts of each prompt set, 64 new tokens: 1536 tokens) no factor needed 584
-target forwards, factor 2 needed 612 and factor 1 656 (acceptance rates about 0.35, 0.57 and 0.68).
+vLLM's 1.0 wastes fewer drafts, which matters in batched GPU serving, but saves fewer target forwards. Without a
+cap a draft runs as long as its path stays probable: more drafted tokens are rejected (a lower acceptance rate),
+and more are accepted per round (fewer target forwards), the better trade when a rejected draft costs only a few
+positions of a forward the target runs anyway.
 
 Two trees, as in Arctic: the **request tree** holds the prompt and the committed tokens of the current
 generation (emptied by `begin`, extended at each `propose` by the tokens committed since), the **history

@@ -5,7 +5,8 @@ distillation step costs several steps of the one-layer draft alone (the training
 wrote itself (`target_text`) is a fixed set of sequences, so the target's next-token distributions along it can be
 computed **once** and reused for many student steps: the same teacher signal without the teacher's forward.
 
-Storing 4096 probabilities per position is too much (4096 sequences × 160 positions × 4096 × 4 bytes ≈ 11 GB), so
+Storing the whole distribution at every position is too much (N sequences × L positions × V probabilities × 4 bytes;
+with the family's thousands of sequences, a few hundred positions and a 4096-token vocabulary, gigabytes), so
 the cache keeps the target's ``k`` most likely tokens at each position (`teacher_top_k`), and the student minimises
 the **top-k KL** (`top_k_kl`): the KL(p ‖ q) of `model_training` between the two distributions *coarsened* to
 k + 1 outcomes, the teacher's top-k tokens one by one and "any other token",
@@ -45,7 +46,7 @@ class CachedTeacherSpec:
     text: TargetTextSpec  # the fresh text (its own seed); ``text.steps``: the student's steps on it
     top_k: int  # teacher tokens kept per position
     sequences_per_step: int  # whole sequences per student batch
-    learning_rate: float  # peak, after ``warmup_steps``, then the family's cosine to 10 %
+    learning_rate: float  # peak, after ``warmup_steps``, then the family's cosine to a tenth of the peak
     warmup_steps: int
 
 

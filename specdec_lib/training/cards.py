@@ -60,8 +60,8 @@ def _growth_lines(report: dict, val: dict) -> list[str]:
     base_spec = base["spec"]
     factor = grown["layers"] // base_spec["layers"]
     if "grown_from" in base:
-        origin = (f"read from the saved base `{Path(base['grown_from']).name}` (`--grow-from`): the base stage was not "
-                  f"re-run for these weights; in the run that trained it, it took {base['seconds'] / 60:.1f} min "
+        origin = (f"read from the saved base `{Path(base['grown_from']).name}` (`--grow-from`): these weights reuse "
+                  f"that base instead of training it again; training it took {base['seconds'] / 60:.1f} min "
                   f"({base['threads']} threads)")
     else:
         origin = f"trained in this run, {base['seconds'] / 60:.1f} min"

@@ -107,8 +107,8 @@ def _train_loop(module: torch.nn.Module, steps: int, spec: HeadsSpec, batch_loss
                 num_windows: int, name: str, log: list) -> dict:
     """``steps`` AdamW steps on ``module``'s parameters; ``batch_loss(window_indices)`` -> (loss, parts dict).
 
-    The family's schedule (`lr_at`: warm-up then cosine to 10%), gradient clipping at 1, a seeded window order;
-    logs an exponential moving average of the parts every 20 steps. Returns the summary of the run."""
+    The family's schedule (`lr_at`: warm-up then cosine to a tenth of the peak), gradient clipping at 1, a seeded
+    window order; logs an exponential moving average of the parts every 20 steps. Returns the summary of the run."""
     generator = torch.Generator().manual_seed(spec.seed)
     optimizer = torch.optim.AdamW(module.parameters(), lr=spec.learning_rate, betas=(0.9, 0.95), weight_decay=0.0)
     module.train()

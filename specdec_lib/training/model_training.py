@@ -95,7 +95,7 @@ def sample_windows(tokens: torch.Tensor, batch_size: int, length: int, generator
 
 
 def lr_at(step: int, spec: ModelSpec, total: int) -> float:
-    """Linear warm-up, then cosine decay to 10% of the peak."""
+    """Linear warm-up, then cosine decay to a tenth of the peak."""
     if step < spec.warmup_steps:
         return spec.learning_rate * (step + 1) / spec.warmup_steps
     progress = (step - spec.warmup_steps) / max(1, total - spec.warmup_steps)
