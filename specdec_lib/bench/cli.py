@@ -9,7 +9,8 @@
 The other suites run as ``python -m specdec_lib bench SUITE [ARGS...]`` (`SUITES`; ``SUITE --help`` for each):
 ``drafters`` (every drafter by task type), ``tuning`` (gamma sweep and adaptive draft length by task type),
 ``batches`` (batch sizes 1-16, disable-by-batch-size), ``serve`` (a load test against ``transformers serve``),
-``trees`` (token trees), ``plots`` (the figures of the tuning, batch and serve JSON files).
+``trees`` (token trees), ``block-gain`` (block against token-wise verification on real (p, q) rows), ``plots`` (the
+figures of the tuning, batch and serve JSON files).
 
 One row per method (and draft length gamma), all on the same prompts, the same pair, the same stopping rule and
 the same decoding: our autoregressive baseline, transformers' plain ``generate``, our speculative decoding, the
@@ -367,7 +368,8 @@ def _fail(message: str) -> int:
 #: ``python -m specdec_lib bench SUITE ...`` -> the module whose ``main(argv)`` runs that suite.
 SUITES = {"drafters": "specdec_lib.bench.drafters", "tuning": "specdec_lib.bench.tuning",
           "batches": "specdec_lib.bench.batches", "serve": "specdec_lib.bench.serve",
-          "trees": "specdec_lib.bench.trees", "plots": "specdec_lib.bench.plots"}
+          "trees": "specdec_lib.bench.trees", "block-gain": "specdec_lib.bench.block_gain",
+          "plots": "specdec_lib.bench.plots"}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

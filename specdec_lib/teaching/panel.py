@@ -7,10 +7,18 @@ the cross-tokenizer one left out: it needs a second pair).
 
 One case costs a few seconds on a CPU (two prompts of 32 tokens, both methods): the controls re-run on release
 (``continuous_update=False``), not while a slider is dragged.
+
+A widget needs a running kernel. Where there is none (a stored notebook opened without one, the static site) a
+frontend shows the next representation it can: `static_bundle` gives the panel a PNG of its last case and a
+one-paragraph text, so a reader sees that case's figure and numbers rather than ``VBox(children=...)``.
 """
 
 from __future__ import annotations
 
+import base64
+import html
+import io
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -100,11 +108,12 @@ def describe_case(case: PanelCase) -> str:
 
 def plot_case(case: PanelCase, axes: Sequence[Axes] | None = None) -> Sequence[Axes]:
     """Left: P(draft i accepted) with alpha^i; right: the mean acceptance length against Leviathan's curve for
-    this alpha, gamma 0..8, the measured point circled."""
+    this alpha, gamma 0..8, the measured point circled. The legends sit where the data are not: above the bars
+    (the y axis leaves them a band over 1) and at the curve's empty lower right."""
     if axes is None:
         import matplotlib.pyplot as plt
 
-        _, axes = plt.subplots(1, 2, figsize=(10, 3.4))
+        _, axes = plt.subplots(1, 2, figsize=(10, 3.4), layout="constrained")
     left, right = axes
     positions = list(range(1, len(case.per_position) + 1))
     left.bar(positions, case.per_position, color="#66bb6a", label="measured")
@@ -115,35 +124,69 @@ def plot_case(case: PanelCase, axes: Sequence[Axes] | None = None) -> Sequence[A
                    label=f"theory, alpha = {case.alpha:.2f}")
     if case.mean_acceptance_length is not None:
         right.plot([case.gamma], [case.mean_acceptance_length], "o", color="#e65100", markersize=9, label="measured")
-    left.set(xlabel="draft position i", ylabel="P(draft i accepted)", ylim=(0, 1.05),
-             title=f"{case.drafter} on {case.task}")
+    left.set(xlabel="draft position i", ylabel="P(draft i accepted)", ylim=(0, 1.32), yticks=[0, 0.25, 0.5, 0.75, 1],
+             xticks=positions, title=f"{case.drafter} on {case.task}")
     right.set(xlabel="gamma", ylabel="mean acceptance length", title=f"speed-up {case.speedup:.2f}x (one run)")
-    for ax in axes:
-        ax.legend(fontsize=8)
+    left.legend(fontsize=8, loc="upper center", ncols=2, frameon=False)
+    right.legend(fontsize=8, loc="lower right")
     return axes
 
 
+def case_png(case: PanelCase, dpi: int = 80) -> bytes:
+    """`plot_case` of ``case`` as PNG bytes, drawn on a figure of its own (nothing is shown in the notebook)."""
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(10, 3.4), layout="constrained")
+    plot_case(case, figure.subplots(1, 2))
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=dpi)
+    return buffer.getvalue()
+
+
+def static_bundle(case: PanelCase) -> dict[str, str]:
+    """What a frontend without the widget shows instead: ``text/plain`` (the case in words, wrapped),
+    ``image/png`` (its figure, base64) and ``text/html`` (both)."""
+    text = ("Tuning panel (its controls need a running kernel); the case it last ran:\n"
+            + textwrap.fill(describe_case(case), width=100))
+    png = base64.b64encode(case_png(case)).decode("ascii")
+    page = (f"<p>{html.escape(text).replace(chr(10), '<br>')}</p>"
+            f'<img src="data:image/png;base64,{png}" alt="{html.escape(describe_case(case))}">')
+    return {"text/plain": text, "image/png": png, "text/html": page}
+
+
 def tuning_panel(pair: ModelPair, *, prompts: int = 2, max_new_tokens: int = 32) -> Any:
-    """Dropdowns (drafter, task), sliders (gamma 1..8, temperature 0..1.5), a label with `describe_case` and an
-    output area with `plot_case` of `run_case`, re-run whenever a control is released. The figure lives in the
-    widget state: a stored notebook shows it only where the widget state was saved, so notebook 06 also draws one
-    case as an ordinary figure."""
+    """Dropdowns (drafter, task), sliders (gamma 1..8, temperature 0..1.5), the `describe_case` line (wrapped
+    HTML, never cut off) and an output area with `plot_case` of `run_case`, re-run whenever a control is released.
+    Its representation carries `static_bundle` of the last case beside the widget view, for frontends that
+    cannot show the widget (module docstring)."""
     import ipywidgets as widgets
     import matplotlib.pyplot as plt
+
+    class TuningPanel(widgets.VBox):
+        case: PanelCase | None = None
+
+        def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+            bundle = super()._repr_mimebundle_(**kwargs)
+            if self.case is None:
+                return bundle
+            data, metadata = bundle if isinstance(bundle, tuple) else (bundle, {})
+            return {**data, **static_bundle(self.case)}, metadata  # the widget view, then the fallbacks
 
     drafter = widgets.Dropdown(options=PANEL_DRAFTERS, value="draft-model", description="drafter")
     task = widgets.Dropdown(options=TASKS, value=TASKS[0], description="task")
     gamma = widgets.IntSlider(value=3, min=1, max=MAX_PANEL_GAMMA, description="gamma", continuous_update=False)
     temperature = widgets.FloatSlider(value=0.0, min=0.0, max=1.5, step=0.1, description="temperature",
                                       continuous_update=False)
-    summary = widgets.Label()  # describe_case of the last run
+    summary = widgets.HTML()  # describe_case of the last run, in a div that wraps
     output = widgets.Output()  # its figure
+    panel = TuningPanel([widgets.HBox([drafter, task]), widgets.HBox([gamma, temperature]), summary, output])
 
     def rerun(_change: object = None) -> None:
         summary.value = "running..."
         case = run_case(pair, drafter.value, task.value, gamma.value, temperature.value, prompts=prompts,
                         max_new_tokens=max_new_tokens)
-        summary.value = describe_case(case)
+        panel.case = case
+        summary.value = f'<div style="white-space: normal; line-height: 1.4">{html.escape(describe_case(case))}</div>'
         with output:
             output.clear_output(wait=True)
             plot_case(case)
@@ -152,4 +195,4 @@ def tuning_panel(pair: ModelPair, *, prompts: int = 2, max_new_tokens: int = 32)
     for control in (drafter, task, gamma, temperature):
         control.observe(rerun, names="value")
     rerun()
-    return widgets.VBox([widgets.HBox([drafter, task]), widgets.HBox([gamma, temperature]), summary, output])
+    return panel
