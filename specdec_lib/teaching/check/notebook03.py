@@ -289,5 +289,5 @@ def llama_cache_crossover(tokens: Any) -> CheckReport:
                 "(not 16 bits, not float32's 4).",
         too_high="your bytes per token are too small: did you forget the factor 2 (keys and values) or the 32 layers?",
         note=f"{per_token} bytes ({per_token // 1024} KiB) per token: a sequence of 8192 tokens holds "
-             f"{8192 * per_token / 2**30:g} GiB, and a batch of 16 such sequences already outweighs the weights. The "
-             "draft adds its own cache per sequence.")
+             f"{8192 * per_token / 2**30:g} GiB, and a batch of {16 * 10**9 // (8192 * per_token) + 1} such sequences "
+             "already outweighs the weights. The draft adds its own cache per sequence.")

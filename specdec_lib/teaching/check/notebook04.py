@@ -123,12 +123,12 @@ def lookbehind_effect(answer: Any) -> CheckReport:
              "L = 1 .. 16).",
         "b": "Yes. The window decides which committed tokens are re-encoded together with the new text, on the draft's "
              "side and on the target's, so it can change the ids at a boundary and with them alpha, never the output. "
-             "Here alpha does not move (0.64 for every L from 1 to 16): boundaries mostly fall between whole "
+             "In the solutions' run alpha barely moves from L = 1 to 16: boundaries mostly fall between whole "
              "words or symbols, where any window splits the same way, and the offset alignment does the rest.",
         "c": "That is gamma (`speculative_generate(..., gamma=...)`), the number of draft tokens per round. The "
              "lookbehind counts committed tokens re-encoded with the new text (transformers' target_lookbehind / "
              "assistant_lookbehind).",
-        "d": "Measured, it does not: alpha is 0.64 for every L from 1 to 16. A boundary's tokenization "
+        "d": "Measured, it does not: in the solutions' run alpha barely moves from L = 1 to 16. A boundary's tokenization "
              "depends on a token or two of left context; beyond that a longer window re-encodes more text for nothing.",
     })
 
