@@ -8,7 +8,9 @@ lacks. These tests read the ``.ipynb`` files only (no kernel, a fraction of a se
 - it was executed top to bottom in one run (execution counts 1, 2, 3, ...): nbval does not check the outputs of a
   cell stored unexecuted, and a cell re-run on its own may show outputs the notebook no longer produces;
 - no cell stored an error or anything on stderr (warnings belong fixed or silenced, not shipped);
-- its first code cell calls ``course_setup`` (seed, CPU threads and device set the same way everywhere).
+- its first code cell calls ``course_setup`` (seed, CPU threads and device set the same way everywhere);
+- nbval's instructions are cell tags (``nbval-ignore-output``), not ``# NBVAL_...`` comments a learner would read,
+  and the kernel's display name is the one ipykernel writes, so that opening a notebook does not modify it.
 
 To store figures, execute with the inline backend, i.e. *without* ``MPLBACKEND=Agg`` in the environment:
 ``jupyter nbconvert --to notebook --execute --inplace course/<notebook>.ipynb``.
@@ -90,6 +92,19 @@ def test_no_errors_or_stderr_stored(path):
         if output["output_type"] == "error" or (output["output_type"] == "stream" and output.get("name") == "stderr")
     ]
     assert not bad, f"{path.relative_to(COURSE)} stores an error or stderr output in cells {bad}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=NOTEBOOK_IDS)
+def test_nbval_instructions_are_tags_and_opening_changes_nothing(path):
+    notebook = load(path)
+    comments = [index for index, cell in enumerate(notebook["cells"])
+                if cell["cell_type"] == "code" and "NBVAL_" in "".join(cell["source"])]
+    assert not comments, (f"{path.relative_to(COURSE)} cells {comments}: use the cell tag nbval-ignore-output "
+                          "instead of a # NBVAL_IGNORE_OUTPUT comment")
+    tags = {tag for cell in notebook["cells"] for tag in cell.get("metadata", {}).get("tags", [])}
+    assert tags <= {"nbval-ignore-output", "nbval-skip", "nbval-raises-exception"}, tags
+    assert notebook["metadata"]["kernelspec"] == {"display_name": "Python 3 (ipykernel)", "language": "python",
+                                                  "name": "python3"}
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=NOTEBOOK_IDS)
