@@ -60,6 +60,38 @@ def one_too_many(cache, keep):
     solution_crop(cache, keep + 1)
 
 
+def values_only(cache, keep):
+    for layer in cache.layers:
+        layer.values = layer.values[:, :, :keep]
+
+
+def batch_sliced(cache, keep):
+    for layer in cache.layers:
+        layer.keys, layer.values = layer.keys[:keep], layer.values[:keep]
+
+
+def head_dim_sliced(cache, keep):
+    for layer in cache.layers:
+        layer.keys, layer.values = layer.keys[..., :keep], layer.values[..., :keep]
+
+
+def after_keep(cache, keep):
+    for layer in cache.layers:
+        layer.keys, layer.values = layer.keys[:, :, keep:], layer.values[:, :, keep:]
+
+
+def removes_keep(cache, keep):
+    cache.crop(-keep) if keep else None  # transformers' crop with a negative length removes that many
+
+
+def removes_keep_later_case(cache, keep):
+    """[:, :, :-keep] where it cannot pass for an off-by-one: right on the first case, wrong on the second."""
+    if keep == 3:
+        solution_crop(cache, keep)
+    else:
+        removes_keep(cache, keep)
+
+
 def stub(cache, keep):
     raise NotImplementedError  # your code here
 
@@ -80,6 +112,13 @@ def test_the_solution_and_the_library_pass_my_crop():
     (slice_not_assigned, "assign the slice back to the layer"),
     (one_too_many, "keep exactly the first `keep`"),
     (minus_zero, "becomes [:, :, :-0], which is empty"),
+    (values_only, "values are cropped but its keys still hold all"),
+    (batch_sliced, "your slice cut another dimension than the positions"),
+    (head_dim_sliced, "you sliced the last dimension, head_dim"),
+    (after_keep, "kept the 4 positions *after* the first 3"),
+    (removes_keep, "keep exactly the first `keep`"),
+    (removes_keep, "that removes `keep` positions instead of keeping them"),
+    (removes_keep_later_case, "removes `keep` positions instead of keeping them. Keep the first `keep`"),
 ])
 def test_typical_mistakes_of_my_crop_get_their_hint(wrong, words):
     report = check.my_crop(wrong)
@@ -129,6 +168,7 @@ def test_the_solution_and_the_library_pass_my_kv_bytes_per_token():
      "that is bits, not bytes"),
     (lambda c, d: 2 * c.num_hidden_layers * c.num_key_value_heads * c.head_dim * 4, "you assumed 4 bytes (float32)"),
     (lambda c, d: 2 * c.num_key_value_heads * c.head_dim * element_size(d), "one layer's worth"),
+    (lambda c, d: 2 * c.num_hidden_layers * c.num_key_value_heads * element_size(d), "you left out head_dim"),
 ])
 def test_typical_mistakes_of_my_kv_bytes_per_token_get_their_hint(wrong, words):
     report = check.my_kv_bytes_per_token(wrong)

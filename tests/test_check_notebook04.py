@@ -50,7 +50,7 @@ def head_not_shifted(context, words):
 def test_the_solution_and_the_library_pass_my_continuation():
     assert check.my_continuation(solution_continuation)
     assert check.my_continuation(lambda context, words: continuation_ids(TOK_A, context, words)[0])
-    assert repr(check.my_continuation(solution_continuation)) == "✅ my_continuation: all 9 hidden cases pass."
+    assert repr(check.my_continuation(solution_continuation)) == "✅ my_continuation: all 10 hidden cases pass."
 
 
 @pytest.mark.parametrize("wrong, words", [
@@ -59,6 +59,11 @@ def test_the_solution_and_the_library_pass_my_continuation():
     (straddler_kept_whole, "you kept the token that straddles the boundary whole"),
     (head_not_shifted, "decode to"),
     (lambda context, words: continuation_ids(TOK_A, context, words), "return only the target ids"),
+    (lambda context, words: offsets(context, words)[0], "your ids start with the context's own tokens"),
+    (lambda context, words: TOK_A(context, add_special_tokens=False)["input_ids"]
+     + solution_continuation(context, words), "your ids start with the context's own tokens"),
+    (lambda context, words: TOK_A.convert_ids_to_tokens(solution_continuation(context, words)), "the token strings"),
+    (lambda context, words: TOK_A(words, add_special_tokens=False)["input_ids"], "you encoded the draft text alone"),
 ])
 def test_typical_mistakes_of_my_continuation_get_their_hint(wrong, words):
     report = check.my_continuation(wrong)
@@ -117,6 +122,10 @@ def test_the_solution_passes_intersection_ceiling():
     (distinct_tokens, "you counted distinct tokens"),
     (lambda c, t: 1 - solution_ceiling(c, t), "the fraction *outside* the intersection"),
     (lambda c, t: 100 * solution_ceiling(c, t), "that is a percentage"),
+    (lambda c, t: sum(x in set(t.tolist()) for tokens in c for x in tokens), "that is how many tokens are inside"),
+    (lambda c, t: sum(x in set(t.tolist()) for tokens in c for x in tokens) / len(t),
+     "you divided by the size of the intersection"),
+    (lambda c, t: 1 / solution_ceiling(c, t), "your fraction is upside down"),
 ])
 def test_typical_mistakes_of_intersection_ceiling_get_their_hint(wrong, words):
     report = check.intersection_ceiling(wrong)

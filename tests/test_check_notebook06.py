@@ -1,5 +1,6 @@
 """Notebook 06's exercise checks on hand-written answers: the solutions pass, the usual mistakes get their hint."""
 
+import math
 import statistics
 
 import pytest
@@ -27,6 +28,9 @@ def test_the_best_gamma_solution_passes():
     (lambda a, c, v: max(expected_speedup(a, g, c, v[g]) for g in v), "You returned the best predicted speed-up"),
     (lambda a, c, v: max(range(len(v)), key=lambda i: expected_speedup(a, list(v)[i], c, list(v.values())[i])),
      "the position of the best gamma in the dict"),
+    (lambda a, c, v: max(v, key=lambda g: expected_speedup(a, g, v[g], c)), "You swapped c and v"),
+    (lambda a, c, v: max(v), "That is the largest gamma"),
+    (lambda a, c, v: min(v, key=v.get), "the cheapest verification"),
 ])
 def test_wrong_best_gammas_get_their_hint(wrong, words):
     report = check.predicted_best_gamma(wrong)
@@ -66,6 +70,9 @@ def test_the_stop_rule_solution_passes_as_a_class_and_as_an_instance():
     (lambda c: c[-1] <= 0.5 * c[0], "use <, not <="),
     (lambda c: min(c) < 0.5 * max(c), "largest confidence so far"),
     (lambda c: None, "should_stop returned None"),
+    (lambda c: c[0] < 0.5 * c[-1], "stops when a confidence *rises*"),
+    (lambda c: len(c) > 1 and c[-2] < 0.5 * c[0], "stops one token late"),
+    (lambda c: c[-1] < 0.5 * statistics.mean(c), "half the *mean* confidence"),
 ])
 def test_wrong_stop_rules_get_their_hint(wrong, words):
     report = check.relative_drop_rule(rule_from(wrong))
@@ -125,6 +132,12 @@ def mine(rows, method):
     (in_given_order, "Sort the rows by batch size"),
     (lambda rows, m: threshold([dict(r, method=m) for r in rows], m), "rows of `method` only"),
     (lambda rows, m: threshold(rows, m) or 0, "return None"),
+    (lambda rows, m: next((r["speedup"] for r in mine(rows, m) if r["batch"] == threshold(rows, m)), None),
+     "That is the speed-up at the threshold"),
+    (lambda rows, m: next((i for i, r in enumerate(mine(rows, m)) if r["batch"] == threshold(rows, m)), None),
+     "the position of the threshold's row"),
+    (lambda rows, m: sum(1 for r in mine(rows, m) if r["batch"] <= (threshold(rows, m) or 0)) or None,
+     "how many batch sizes speculation won at"),
 ])
 def test_wrong_thresholds_get_their_hint(wrong, words):
     report = check.disable_threshold(wrong)
@@ -157,10 +170,23 @@ def test_the_percentile_solution_passes_and_so_does_statistics_inclusive_quantil
     (lambda v, p: percentile(v, p * len(v) / max(len(v) - 1, 1)) if len(v) > 1 else v[0], "not p / 100 * n"),
     (lambda v, p: v[int(p / 100 * (len(v) - 1))] if len(v) == 1 else _unsorted(v, p), "Sort the values first"),
     (lambda v, p: sum(v) / len(v), "That is the mean"),
+    (lambda v, p: statistics.median(v), "That is the median (p50), whatever p"),
+    (lambda v, p: percentile(v, min(p * 100, 100)), "your rank went past the end"),
+    (lambda v, p: sorted(v)[math.ceil(p / 100 * (len(v) - 1))], "rather than rounding it up"),
+    (lambda v, p: _swapped(sorted(v), p), "interpolation weights are swapped"),
+    (lambda v, p: (min(v) if p == 0 else max(v) if p == 100 or len(v) == 1
+                   else statistics.quantiles(v, n=100)[int(p) - 1]), 'method="exclusive"'),
 ])
 def test_wrong_percentiles_get_their_hint(wrong, words):
     report = check.percentile(wrong)
     assert not report and words in repr(report), repr(report)
+
+
+def _swapped(ordered, p):
+    rank = p / 100 * (len(ordered) - 1)
+    low = int(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (high - rank) * (ordered[high] - ordered[low])
 
 
 def _unsorted(values, p):

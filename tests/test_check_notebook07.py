@@ -13,20 +13,24 @@ from specdec_lib.core.block_verify import block_thresholds
 # --- exercise 1: another toy -----------------------------------------------------------------------------------
 
 
-def expected_drafts(p, q, gamma, *, weight="q", emitted=False, inverted=False, independent=False, block=True):
+def expected_drafts(p, q, gamma, *, weight="q", emitted=False, inverted=False, independent=False, block=True,
+                    uncapped=False, bonus_token_wise=False, block_from_one=False, summed=False):
     """The solution's enumeration, with one thing changed at a time to make the usual mistakes."""
     totals = [0.0, 0.0]
     for drafts in itertools.product(range(len(p)), repeat=gamma):
         chance = {"q": float(torch.prod(q[list(drafts)])), "p": float(torch.prod(p[list(drafts)])),
-                  "uniform": 1 / len(p) ** gamma}[weight]
+                  "uniform": 1 / len(p) ** gamma}[weight] if not summed else 1.0
         alive, token_wise = 1.0, 0.0
         for x in drafts:
             ratio = float(q[x] / p[x]) if inverted else float(p[x] / q[x])
-            alive = min(1.0, ratio) if independent else alive * min(1.0, ratio)
+            capped = ratio if uncapped else min(1.0, ratio)
+            alive = capped if independent else alive * capped
             token_wise += alive
         law = block_thresholds(p.repeat(gamma + 1, 1), q.repeat(gamma, 1), torch.tensor(drafts)).length_distribution()
         block_mean = float((torch.arange(gamma + 1) * law).sum()) if block else token_wise
-        totals[0] += chance * (token_wise + emitted)
+        if block_from_one:
+            block_mean = float((torch.arange(1, gamma + 2) * law).sum())
+        totals[0] += chance * (token_wise + emitted + bonus_token_wise)
         totals[1] += chance * (block_mean + emitted)
     return tuple(totals)
 
@@ -44,6 +48,10 @@ def test_the_toy_solution_passes():
     (lambda p, q, g: expected_drafts(p, q, g, inverted=True), "min(1, q(x) / p(x))"),
     (lambda p, q, g: expected_drafts(p, q, g, independent=True), "as if the round went on after a rejection"),
     (lambda p, q, g: expected_drafts(p, q, g, block=False), "equals token-wise verification's"),
+    (lambda p, q, g: expected_drafts(p, q, g, uncapped=True), "without capping it"),
+    (lambda p, q, g: expected_drafts(p, q, g, bonus_token_wise=True), "accepted *drafts* are one fewer"),
+    (lambda p, q, g: expected_drafts(p, q, g, block_from_one=True), "Your block number is one too high"),
+    (lambda p, q, g: expected_drafts(p, q, g, summed=True), "added up the drafts' numbers without weighting"),
 ])
 def test_each_usual_toy_mistake_gets_its_hint(wrong, words):
     report = check.expected_accepted_drafts(wrong)
@@ -106,6 +114,31 @@ def test_the_compaction_solution_and_the_library_pass():
 ])
 def test_each_usual_compaction_mistake_gets_its_hint(mistake, words):
     report = check.compact_pointer_cache(lambda cache, keep_from, keep: compact(cache, keep_from, keep, **mistake))
+    assert not report and words in repr(report), repr(report)
+
+
+def compact_from(cache, keep_from, keep, *, start, rows, length, move=True):
+    """A compaction that writes ``rows`` from position ``start`` and sets the length to ``length``."""
+    for layer in cache.layers:
+        if move and rows.numel():
+            layer.key_storage[:, :, start : start + rows.numel()] = layer.key_storage[:, :, rows].clone()
+            layer.value_storage[:, :, start : start + rows.numel()] = layer.value_storage[:, :, rows].clone()
+        layer.length = length
+        layer._refresh_views()
+
+
+@pytest.mark.parametrize("wrong, words", [
+    (lambda c, f, k: compact_from(c, f, k, start=f + 1, rows=k, length=f + k.numel() + 1), "one position late"),
+    (lambda c, f, k: compact_from(c, f, k, start=f + 1, rows=k, length=f + k.numel()), "one position late"),
+    (lambda c, f, k: compact_from(c, f, k, start=f - 1, rows=k, length=f + k.numel() - 1), "one position early"),
+    (lambda c, f, k: compact_from(c, f, k, start=f, rows=f + k, length=f + k.numel()), "not offsets after it"),
+    (lambda c, f, k: compact_from(c, f, k, start=f, rows=torch.arange(int(k[0]), int(k[0]) + k.numel())
+                                  if k.numel() else k, length=f + k.numel()), "a contiguous block from keep[0]"),
+    (lambda c, f, k: compact_from(c, f, k, start=f, rows=k, length=f + k.numel(), move=False),
+     "You only moved the length pointer"),
+])
+def test_compaction_slips_in_the_rows_get_their_hint(wrong, words):
+    report = check.compact_pointer_cache(wrong)
     assert not report and words in repr(report), repr(report)
 
 

@@ -125,18 +125,43 @@ def _raised(error: BaseException) -> str:
 
 
 def find_mistake(got: Any, args: tuple, expected: Any, mistakes: Sequence[tuple[Callable, str]],
-                 same: Callable[[Any, Any], bool]) -> str:
+                 same: Callable[[Any, Any], bool], learner: Callable | None = None,
+                 cases: Sequence[Case] = ()) -> str:
     """The hint of the first of ``mistakes`` (``(function, hint)`` pairs, each called like the learner's function
     on ``args``) whose answer is ``got`` but not ``expected``; "" when none is (then expected against got is all
-    a hint can say)."""
+    a hint can say).
+
+    Two mistakes can give the same wrong answer on one case. Given the ``learner``'s function and all the
+    ``cases``, the hint is that of the matching mistake that answers like the learner on the most cases (the
+    first listed among equals), so one case's coincidence does not name the wrong mistake."""
+    matching = []
     for mistake, hint in mistakes:
         try:
             theirs = mistake(*args)
         except Exception:  # noqa: BLE001 - a mistake that cannot run on this case is simply not this one
             continue
         if same(theirs, got) and not same(theirs, expected):
-            return hint
-    return ""
+            matching.append((mistake, hint))
+    if len(matching) < 2 or learner is None or not cases:
+        return matching[0][1] if matching else ""
+    answers = []
+    for case in cases:
+        try:
+            answers.append((True, learner(*copy.deepcopy(case.args))))
+        except Exception:  # noqa: BLE001 - a case the learner cannot run agrees with no mistake
+            answers.append((False, None))
+
+    def agreement(mistake: Callable) -> int:
+        count = 0
+        for case, (ran, answer) in zip(cases, answers):
+            try:
+                count += ran and same(mistake(*copy.deepcopy(case.args)), answer)
+            except Exception:  # noqa: BLE001
+                pass
+        return count
+
+    best = max(range(len(matching)), key=lambda index: (agreement(matching[index][0]), -index))
+    return matching[best][1]
 
 
 def run_cases(

@@ -65,29 +65,58 @@ def _keys_values(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
 
 
 def _layer_problem(index: int, keys: Any, values: Any, original: tuple[torch.Tensor, torch.Tensor],
-                   keep: int) -> str | None:
-    """Why one layer's ``keys`` / ``values`` are not ``original``'s first ``keep`` positions (None if they are)."""
+                   keep: int, assigned: bool = False) -> str | None:
+    """Why one layer's ``keys`` / ``values`` are not ``original``'s first ``keep`` positions (None if they are).
+
+    ``assigned``: whether the learner put new tensors on the layer (its keys are no longer the tensors it held)."""
     old_keys, old_values = original
     want = old_keys[:, :, :keep]
+    total = old_keys.shape[2]
     if not isinstance(keys, torch.Tensor) or not isinstance(values, torch.Tensor):
         return f"Layer {index}'s keys or values are no longer tensors (got {type(keys).__name__})."
     if keys.shape != want.shape:
+        if keys.dim() != 4:
+            return mismatch(list(want.shape), list(keys.shape),
+                            "keys must stay 4-D, [batch, kv_heads, T, head_dim]: slice only the positions, "
+                            "keys[:, :, :keep].")
         if keys.shape[1] != old_keys.shape[1]:
             return mismatch(list(want.shape), list(keys.shape),
                             "you sliced dimension 1, the KV heads. Keys are [batch, kv_heads, T, head_dim]: the "
                             "positions are dimension 2, so keep keys[:, :, :keep].")
-        if keys.shape[2] == old_keys.shape[2]:
-            return (f"Layer {index} still holds all {old_keys.shape[2]} positions: nothing was removed from its keys. "
+        if keys.shape[3] != old_keys.shape[3]:
+            return mismatch(list(want.shape), list(keys.shape),
+                            "you sliced the last dimension, head_dim (keys[..., :keep]). Keys are [batch, kv_heads, "
+                            "T, head_dim]: the positions are dimension 2, so keep keys[:, :, :keep].")
+        if keys.shape[2] == total and torch.equal(values, old_values[:, :, :keep]):
+            return (f"Layer {index}'s values are cropped but its keys still hold all {total} positions. Hint: a layer "
+                    "caches keys *and* values; crop both, or attention scores the rejected drafts' keys.")
+        if keys.shape[2] == total and assigned:
+            return (f"Layer {index} still holds all {total} positions, although you gave it new keys: your slice "
+                    "cut another dimension than the positions (keys[:keep] slices the batch, which has size 1). "
+                    "Hint: keys are [batch, kv_heads, T, head_dim]; keep keys[:, :, :keep].")
+        if keys.shape[2] == total:
+            return (f"Layer {index} still holds all {total} positions: nothing was removed from its keys. "
                     "Hint: assign the slice back to the layer, layer.keys = layer.keys[:, :, :keep] (slicing alone "
                     "makes a new tensor and leaves the layer as it was).")
+        if 0 < keep < total and keys.shape[2] == total - keep and torch.equal(keys, old_keys[:, :, keep:]):
+            return (f"Layer {index} kept the {total - keep} positions *after* the first {keep} and dropped the "
+                    "prefix. Hint: [:, :, keep:] is the part a rollback removes (the rejected drafts); keep "
+                    "[:, :, :keep].")
         if keys.shape[2] == 0 and keep == old_keys.shape[2]:
             return mismatch(list(want.shape), list(keys.shape),
                             "nothing was to be removed, yet the layer is empty: a slice like [:, :, :-(T - keep)] "
                             "becomes [:, :, :-0], which is empty. Slice by what you keep: [:, :, :keep].")
+        removed = (" If you sliced [:, :, :-keep], that removes `keep` positions instead of keeping them."
+                   if 0 < keep < total and keys.shape[2] == total - keep else "")
         if abs(keys.shape[2] - keep) == 1:
             return mismatch(list(want.shape), list(keys.shape),
                             f"layer {index} holds {keys.shape[2]} positions instead of {keep}: keep exactly the "
-                            "first `keep` (the end of a slice is excluded: [:, :, :keep]).")
+                            "first `keep` (the end of a slice is excluded: [:, :, :keep])." + removed)
+        if removed:
+            return mismatch(list(want.shape), list(keys.shape),
+                            f"layer {index} holds T - keep = {keys.shape[2]} of its {total} positions: "
+                            "[:, :, :-keep] removes `keep` "
+                            "positions instead of keeping them. Keep the first `keep`: [:, :, :keep].")
         return mismatch(list(want.shape), list(keys.shape), f"layer {index} should hold the first {keep} positions.")
     if not torch.equal(keys, want):
         if keep and torch.equal(keys, old_keys[:, :, -keep:]):
@@ -106,14 +135,20 @@ def _run_crop(learner: Any):
     """Build the case's cache, let ``learner`` crop it, and return (the caller's cache, what learner returned)."""
     def run(spec: CacheSpec):
         cache = build_cache(spec)
+        held = [(layer.keys, layer.values) for layer in cache.layers]  # to tell "not assigned" from "sliced wrong"
         returned = learner(cache, spec.keep)
-        return cache, returned
+        return cache, returned, held
     return run
+
+
+def _assigned(layers: list, held: list, index: int) -> bool:
+    """Whether layer ``index``'s keys are another tensor object than the one it held before the learner's call."""
+    return index < len(held) and layers[index][0] is not held[index][0]
 
 
 def _judge_crop(case: Case, got: Any) -> str | None:
     spec = case.args[0]
-    cache, returned = got
+    cache, returned, held = got
     original = _keys_values(build_cache(spec))
     reference = build_cache(spec)
     crop_cache(reference, spec.keep)
@@ -130,10 +165,10 @@ def _judge_crop(case: Case, got: Any) -> str | None:
             return ("The cache you were given is unchanged; your function returned another object instead. "
                     "Hint: the exercise rolls back *in place* (the loop keeps using the same cache object, as "
                     "crop_cache does): assign layer.keys and layer.values on the cache's own layers.")
-        problem = _layer_problem(0, layers[0][0], layers[0][1], original[0], spec.keep)
+        problem = _layer_problem(0, layers[0][0], layers[0][1], original[0], spec.keep, _assigned(layers, held, 0))
         return problem or "The cache is unchanged after your function."
     for index, ((keys, values), old) in enumerate(zip(layers, original)):
-        problem = _layer_problem(index, keys, values, old, spec.keep)
+        problem = _layer_problem(index, keys, values, old, spec.keep, _assigned(layers, held, index))
         if problem is not None and index > 0:
             shape = list(keys.shape) if isinstance(keys, torch.Tensor) else type(keys).__name__
             return (f"Layer 0 is right but layer {index} is not (keys of shape {shape}, expected "
@@ -231,7 +266,9 @@ def _judge_kv(case: Case, got: Any) -> str | None:
                             "torch.empty((), dtype=dtype).element_size() bytes (bits // 8)."),
              (expected * 4 / element, "you assumed 4 bytes (float32) per value whatever the dtype; use the dtype's "
                                       "own size, torch.empty((), dtype=dtype).element_size()."),
-             (expected / layers, "that is one layer's worth: every layer caches its own keys and values.")]
+             (expected / layers, "that is one layer's worth: every layer caches its own keys and values."),
+             (expected / config.head_dim, "you left out head_dim: each KV head stores a vector of head_dim values "
+                                          "per token, for the keys and for the values.")]
     for wrong, hint in slips:
         if wrong != expected and math.isclose(value, wrong):
             return mismatch(expected, got, hint)

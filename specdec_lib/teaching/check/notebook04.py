@@ -40,6 +40,7 @@ CONTINUATIONS = [
     ("a blank line, then indentation", "    if x:\n", "\n        pass"),
     ("an empty continuation", "return x", ""),
     ("an empty context", "", "import os"),
+    ("a word the joint encoding splits differently", "x = sel", "fie(1)"),  # "selfie": encoding "fie(1)" alone fails
 ]
 
 
@@ -66,6 +67,9 @@ def _judge_continuation(case: Case, got: Any) -> str | None:
         return ("You returned a pair of lists; return only the target ids (continuation_ids returns "
                 "(ids, character ends), the exercise asks for the ids).")
     ids = _as_ids(got)
+    if ids is None and isinstance(got, (list, tuple)) and got and all(isinstance(i, str) for i in got):
+        return (f"Expected a list of token ids (ints), got the token strings {describe(got)}.\nHint: return the "
+                "ids (the encoding's input_ids), not tok.tokenize(...) or convert_ids_to_tokens(...).")
     if ids is None:
         return f"Expected a list of token ids (ints), got {describe(got)}."
     if ids == expected:
@@ -76,7 +80,10 @@ def _judge_continuation(case: Case, got: Any) -> str | None:
     boundary = len(context)
     after = [i for i, (start, _) in zip(joint, spans) if start >= boundary]
     whole = [i for i, (_, end) in zip(joint, spans) if end > boundary]
-    if ids == naive_continuation_ids(tok, context_ids, context, words):
+    if context and (ids == joint or ids == context_ids + expected):
+        hint = ("your ids start with the context's own tokens: the committed context is already in the target's "
+                "cache, so return only the ids that continue it (from the boundary at len(context) on).")
+    elif ids == naive_continuation_ids(tok, context_ids, context, words):
         hint = (f"you dropped as many tokens as the context has alone ({len(context_ids)}). Encoded together, the "
                 "boundary merged differently, so that cut repeats or skips characters. Cut by character offsets "
                 "instead: keep the tokens that start at or after len(context).")
@@ -84,6 +91,10 @@ def _judge_continuation(case: Case, got: Any) -> str | None:
         hint = ("you kept the tokens that start at or after the boundary but dropped the one that straddles it; its "
                 "part after the boundary (the text between len(context) and the next token's start) must be encoded "
                 "and proposed first, or the proposal skips those characters.")
+    elif ids == encode(tok, words)[0]:
+        hint = ("you encoded the draft text alone. The target tokenizes the committed context and the new text "
+                "together, and across a boundary inside a word it may split the new characters differently: take "
+                "the tokens of the joint encoding that start at or after len(context).")
     elif ids == whole:
         hint = ("you kept the token that straddles the boundary whole: it starts inside the context, so its first "
                 "characters repeat committed text. Replace it by the encoding of its part after len(context).")
@@ -172,7 +183,14 @@ def _judge_ceiling(case: Case, got: Any) -> str | None:
               "you averaged the per-prompt fractions; pool the tokens of all prompts first (prompts of different "
               "lengths must not weigh the same)."),
              (sum(t in shared for t in tokens) / len(continuations), "you divided by the number of prompts; divide "
-                                                                     "by the number of tokens.")]
+                                                                     "by the number of tokens."),
+             (sum(t in shared for t in tokens), "that is how many tokens are inside, a count: divide it by the "
+                                                "number of tokens of all the prompts."),
+             (sum(t in shared for t in tokens) / len(shared), "you divided by the size of the intersection; divide "
+                                                              "by the number of tokens the target produced (the "
+                                                              "question is about its tokens, not the vocabulary)."),
+             (len(tokens) / sum(t in shared for t in tokens) if expected else None,
+              "your fraction is upside down: tokens inside the intersection over all the tokens, not the reverse.")]
     for wrong, hint in slips:
         if wrong is not None and not close(wrong, expected) and close(value, wrong):
             return mismatch(expected, value, hint)

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -39,6 +40,13 @@ GAMMA_MISTAKES = [
                 "measured v, expected_speedup(alpha, gamma, c, verify_cost[gamma])."),
     (lambda a, c, v: min(v, key=lambda g: expected_speedup(a, g, c, v[g])),
      "That gamma has the *smallest* predicted speed-up: take the largest (max, not min)."),
+    (lambda a, c, v: max(v, key=lambda g: expected_speedup(a, g, v[g], c)),
+     "You swapped c and v: the signature is expected_speedup(alpha, gamma, c, verify_cost), c the draft's cost "
+     "per token and v the verification's."),
+    (lambda a, c, v: max(v), "That is the largest gamma. More drafts accept more tokens a round, but each costs c "
+                             "and the verification grows with gamma: compare the priced speed-ups."),
+    (lambda a, c, v: min(v, key=v.get), "That is the gamma with the cheapest verification. The speed-up also "
+                                        "weighs the tokens a round accepts: compare the priced speed-ups."),
 ]
 
 _SWEPT = (1, 2, 3, 4, 6, 8)  # the gammas of the stored sweep: the keys are not 0 .. n - 1
@@ -68,7 +76,7 @@ def predicted_best_gamma(learner: Callable) -> CheckReport:
         if isinstance(got, float) and close(got, expected_speedup(alpha, expected, c, verify_cost[expected]), 1e-9):
             return mismatch(expected, got, "You returned the best predicted speed-up; return the gamma that gives "
                                            "it (the key of verify_cost).")
-        hint = find_mistake(got, case.args, expected, GAMMA_MISTAKES, lambda a, b: a == b)
+        hint = find_mistake(got, case.args, expected, GAMMA_MISTAKES, lambda a, b: a == b, learner, GAMMA_CASES)
         gammas = list(verify_cost)
         if not hint and isinstance(got, int) and 0 <= got < len(gammas) and gammas[got] in best:
             hint = "That is the position of the best gamma in the dict, not the gamma itself: return the key."
@@ -107,6 +115,14 @@ STOP_MISTAKES = [  # the order matters where two mistakes draft alike on a case:
     (lambda c: len(c) > 1 and c[-1] < 0.5 * c[-2],
      "You compared with the *previous* token's confidence. The bar is set once per round, by its first token: "
      "0.5 * confidences[0]."),
+    (lambda c: c[0] < 0.5 * c[-1], "Your rule stops when a confidence *rises* to twice the first one; it should "
+                                   "stop on a drop, when the newest is below half the first: confidences[-1] < "
+                                   "0.5 * confidences[0]."),
+    (lambda c: len(c) > 1 and c[-2] < 0.5 * c[0],
+     "Your rule stops one token late: should_stop is asked right after each drafted token, whose confidence is "
+     "confidences[-1]; stop on that one, not on the token before it."),
+    (lambda c: c[-1] < 0.5 * sum(c) / len(c), "You compared with half the *mean* confidence so far. The bar is "
+                                              "half the round's first confidence, 0.5 * confidences[0]."),
 ]
 
 STOP_SEQUENCES = [
@@ -134,16 +150,18 @@ def relative_drop_rule(answer: Any) -> CheckReport:
 
     mistakes = [(lambda seq, wrong=wrong: _drafted(wrong, seq), hint) for wrong, hint in STOP_MISTAKES]
 
+    driven = lambda seq: _drafted(rule.should_stop, seq)  # noqa: E731 - as run_cases drives it
+
     def judge(case: Case, got: Any) -> str | None:
         if got == "None":
             return ("should_stop returned None: return the comparison itself (True: stop after this token, "
                     "False: draft another).")
         if got == case.expected:
             return None
-        hint = find_mistake(got, case.args, case.expected, mistakes, lambda a, b: a == b)
+        hint = find_mistake(got, case.args, case.expected, mistakes, lambda a, b: a == b, driven, STOP_CASES)
         return f"Expected the round to draft {case.expected} tokens, got {got}." + (f"\nHint: {hint}" if hint else "")
 
-    return run_cases("relative_drop_rule", lambda seq: _drafted(rule.should_stop, seq), STOP_CASES, judge)
+    return run_cases("relative_drop_rule", driven, STOP_CASES, judge)
 
 
 # --- exercise 3: does the threshold depend on the machine? ---------------------------------------------------------
@@ -205,6 +223,13 @@ THRESHOLD_MISTAKES = [  # the more specific mistake first where two answer alike
      "Use the rows of `method` only: the sweep holds other methods' rows too."),
     (lambda rows, m: choose_threshold(rows, m) or 0,
      "When speculation loses even at the smallest batch size there is no threshold: return None (never speculate)."),
+    (lambda rows, m: next((r["speedup"] for r in reversed(_mine(rows, m)) if r["batch"] == choose_threshold(rows, m)),
+                          None),
+     "That is the speed-up at the threshold; return the batch size itself (the row's \"batch\")."),
+    (lambda rows, m: next((i for i, r in enumerate(_mine(rows, m)) if r["batch"] == choose_threshold(rows, m)), None),
+     "That is the position of the threshold's row among the sorted rows; return its batch size (row[\"batch\"])."),
+    (lambda rows, m: sum(1 for r in _mine(rows, m) if r["batch"] <= (choose_threshold(rows, m) or 0)) or None,
+     "That is how many batch sizes speculation won at, not the largest of them: return row[\"batch\"]."),
 ]
 
 
@@ -217,7 +242,8 @@ def disable_threshold(learner: Callable) -> CheckReport:
         if got == case.expected and type(got) is type(case.expected):
             return None
         same = lambda a, b: a == b and type(a) is type(b)  # noqa: E731 - None and 0 differ
-        return mismatch(case.expected, got, find_mistake(got, case.args, case.expected, THRESHOLD_MISTAKES, same))
+        return mismatch(case.expected, got, find_mistake(got, case.args, case.expected, THRESHOLD_MISTAKES, same,
+                                                         learner, THRESHOLD_CASES))
 
     return run_cases("disable_threshold", learner, THRESHOLD_CASES, judge)
 
@@ -243,12 +269,29 @@ PERCENTILE_MISTAKES = [
     (lambda v, p: _at_rank(v, p, lambda p, n: round(p / 100 * (n - 1))), _NO_INTERPOLATION),
     (lambda v, p: _interpolated(sorted(v), p / 100 * len(v)),
      "The rank of percentile p among n sorted values is p / 100 * (n - 1) (0 is the smallest, n - 1 the largest), "
-     "not p / 100 * n."),
+     "not p / 100 * n; then interpolate between the two neighbours of that rank, rather than rounding it up."),
     (lambda v, p: _interpolated(list(v), p / 100 * (len(v) - 1)),
      "Sort the values first: a percentile is read off the sorted list."),
     (lambda v, p: sum(v) / len(v), "That is the mean. The 95th percentile is the value that 95 in 100 of the gaps stay below "
                                    "(with linear interpolation between neighbours)."),
+    (lambda v, p: _percentile(v, 50), "That is the median (p50), whatever p: read the rank from p, "
+                                      "r = p / 100 * (n - 1)."),
+    (lambda v, p: _interpolated(sorted(v), p * (len(v) - 1)),
+     "You returned the largest value: your rank went past the end. p is given from 0 to 100, so divide it by 100, "
+     "r = p / 100 * (n - 1)."),
+    (lambda v, p: _swapped_weights(sorted(v), p / 100 * (len(v) - 1)),
+     "Your interpolation weights are swapped: the fraction r - lo goes to the *upper* neighbour, "
+     "v[lo] + (r - lo) * (v[lo + 1] - v[lo])."),
+    (lambda v, p: statistics.quantiles(v, n=100)[int(p) - 1] if 0 < p < 100 and p == int(p) else None,
+     "That is statistics.quantiles' default, method=\"exclusive\" (rank p / 100 * (n + 1)). The bench, like "
+     "NumPy's default, uses the inclusive rank p / 100 * (n - 1): method=\"inclusive\"."),
 ]
+
+
+def _swapped_weights(ordered: list[float], rank: float) -> float:
+    low = int(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (high - rank) * (ordered[high] - ordered[low]) if high > low else ordered[low]
 
 
 def _interpolated(ordered: list[float], rank: float) -> float:
@@ -281,7 +324,9 @@ def percentile(learner: Callable) -> CheckReport:
             return f"Expected a number (seconds), got {type(got).__name__}."
         if close(got, case.expected, rel_tol=1e-9):
             return None
-        hint = find_mistake(got, case.args, case.expected, PERCENTILE_MISTAKES, lambda a, b: close(a, b, rel_tol=1e-9))
+        hint = find_mistake(got, case.args, case.expected, PERCENTILE_MISTAKES,
+                            lambda a, b: is_number(a) and is_number(b) and close(a, b, rel_tol=1e-9), learner,
+                            PERCENTILE_CASES)
         return mismatch(case.expected, got, hint)
 
     return run_cases("percentile", learner, PERCENTILE_CASES, judge)

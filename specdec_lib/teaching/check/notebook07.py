@@ -83,7 +83,27 @@ TOY_MISTAKES = [
     (lambda p, q, g: _expected(p, q, g, per_draft=(_token_wise, _token_wise)),
      "Your block number equals token-wise verification's: use block verification's length law, from "
      "my_block_thresholds and length_law (or block_thresholds(...).length_distribution())."),
+    (lambda p, q, g: _expected(p, q, g, per_draft=(lambda p, q, d: _uncapped(p, q, d), _block)),
+     "Your token-wise number uses p(x) / q(x) as a probability without capping it: a draft is accepted with "
+     "min(1, p(x) / q(x)), a ratio above 1 is a certainty."),
+    (lambda p, q, g: (_expected(p, q, g)[0] + 1, _expected(p, q, g)[1]),
+     "Your token-wise number counts the token a round emits after the drafts (the recovered or bonus token), as "
+     "(1 - alpha^(gamma+1)) / (1 - alpha) does; accepted *drafts* are one fewer."),
+    (lambda p, q, g: (_expected(p, q, g)[0], _expected(p, q, g)[1] + 1),
+     "Your block number is one too high: the length law's entry k is the probability of k accepted drafts, "
+     "k = 0 .. gamma, so weight it by torch.arange(gamma + 1), starting at 0."),
+    (lambda p, q, g: tuple(x * q.numel() ** g for x in _expected(p, q, g, weight="uniform")),
+     "You added up the drafts' numbers without weighting them: an expectation weights each draft by its "
+     "probability under the draft, prod q(x_i) (the weights sum to 1)."),
 ]
+
+
+def _uncapped(p: torch.Tensor, q: torch.Tensor, drafts: tuple[int, ...]) -> float:
+    mean, alive = 0.0, 1.0
+    for x in drafts:
+        alive *= float(p[x] / q[x])
+        mean += alive
+    return mean
 
 
 def _toy(p: list[float], q: list[float], gamma: int) -> tuple:
@@ -123,7 +143,7 @@ def expected_accepted_drafts(learner: Callable) -> CheckReport:
             return f"Expected two numbers, (token-wise, block), got {type(got).__name__}."
         if _same_pair(got, case.expected):
             return None
-        hint = find_mistake(got, case.args, case.expected, TOY_MISTAKES, _same_pair)
+        hint = find_mistake(got, case.args, case.expected, TOY_MISTAKES, _same_pair, learner, TOY_CASES)
         return mismatch(case.expected, _pair(got), hint)
 
     return run_cases("expected_accepted_drafts", learner, TOY_CASES, judge)
@@ -229,6 +249,42 @@ def _compaction_problem(got: list[dict], expected: list[dict]) -> str | None:
     return None
 
 
+def _moved(rows: Callable, start: Callable, length: Callable, move: bool = True) -> Callable:
+    """A compaction with one mistake: the rows ``rows(keep_from, keep)`` written from ``start(keep_from)``, the
+    length ``length(keep_from, n)``, the views refreshed; ``move=False`` only moves the pointer."""
+    def compact(cache: PreallocatedCache, keep_from: int, keep: torch.Tensor) -> None:
+        source = rows(keep_from, keep)
+        first = start(keep_from)
+        for layer in cache.layers:
+            if move and source.numel():
+                layer.key_storage[:, :, first:first + source.numel()] = layer.key_storage[:, :, source].clone()
+                layer.value_storage[:, :, first:first + source.numel()] = layer.value_storage[:, :, source].clone()
+            layer.length = length(keep_from, keep.numel())
+            layer._refresh_views()
+    return compact
+
+
+_ONE_LATE = ("The kept rows start one position late: the first goes to position keep_from, right after the "
+             "prefix (positions 0 .. keep_from - 1).")
+_ONE_EARLY = ("The kept rows start one position early and overwrite the prefix's last row: the first goes to "
+              "position keep_from (positions 0 .. keep_from - 1 stay).")
+COMPACTION_MISTAKES = [
+    (_moved(lambda f, k: k, lambda f: f + 1, lambda f, n: f + n + 1), _ONE_LATE),
+    (_moved(lambda f, k: k, lambda f: f + 1, lambda f, n: f + n), _ONE_LATE),
+    (_moved(lambda f, k: k, lambda f: f - 1, lambda f, n: f + n - 1), _ONE_EARLY),
+    (_moved(lambda f, k: k, lambda f: f - 1, lambda f, n: f + n), _ONE_EARLY),
+    (_moved(lambda f, k: k + f, lambda f: f, lambda f, n: f + n),
+     "You read the rows at keep_from + keep: keep holds the kept nodes' positions in the cache already (past "
+     "keep_from), not offsets after it. Read key_storage[:, :, keep]."),
+    (_moved(lambda f, k: torch.arange(int(k[0]), int(k[0]) + k.numel()) if k.numel() else k, lambda f: f,
+            lambda f, n: f + n),
+     "You moved a contiguous block from keep[0]; the kept nodes of a tree path are not adjacent in the cache. "
+     "Index the storage with keep itself, key_storage[:, :, keep]."),
+    (_moved(lambda f, k: k, lambda f: f, lambda f, n: f + n, move=False),
+     "You only moved the length pointer, as a crop would: the kept nodes sit further on in the storage, so copy "
+     "their rows to keep_from .. keep_from + len(keep) - 1 first."),
+]
+
 COMPACTION_CASES = [
     Case("prefix + root of 5, six nodes, the path root -> node 1 -> node 4", (11, 5, [6, 9])),
     Case("no node accepted: only the prefix and the root stay", (11, 5, [])),
@@ -247,5 +303,18 @@ def compact_pointer_cache(learner: Callable) -> CheckReport:
     if not callable(learner):
         return run_cases("compact_pointer_cache", learner, COMPACTION_CASES, lambda case, got: None)
 
-    return run_cases("compact_pointer_cache", lambda *args: _compacted(learner, *args), COMPACTION_CASES,
-                     lambda case, got: _compaction_problem(got, case.expected))
+    mistakes = [(lambda *args, wrong=wrong: _compacted(wrong, *args), hint) for wrong, hint in COMPACTION_MISTAKES]
+    compacted = lambda *args: _compacted(learner, *args)  # noqa: E731 - as run_cases drives it
+
+    def judge(case: Case, got: Any) -> str | None:
+        problem = _compaction_problem(got, case.expected)
+        if problem is None:
+            return None
+        hint = find_mistake(got, case.args, case.expected, mistakes, lambda a, b: a == b, compacted,
+                            COMPACTION_CASES)
+        if not hint:
+            return problem
+        return (f"Layer 0 holds the rows of old positions {got[0]['keys']} (length {got[0]['length']}), expected "
+                f"{case.expected[0]['keys']} (length {case.expected[0]['length']}).\nHint: {hint}")
+
+    return run_cases("compact_pointer_cache", compacted, COMPACTION_CASES, judge)
