@@ -12,8 +12,9 @@ import pytest
 import torch
 
 from specdec_lib import load_pair
-from specdec_lib.bench.block_gain import (RULES, T975, Z975, collect_rows, expected_accepted, interval, main,
-                                          summarise, t_quantile, toy_rows, verify_rows)
+from specdec_lib.bench.block_gain import (RULES, collect_rows, expected_accepted, main,
+                                          summarise, toy_rows, verify_rows)
+from specdec_lib.core.stats import T975, Z975, cluster_mean_interval, t_quantile
 from specdec_lib.bench.drafters import task_prompt_ids
 
 P, Q = torch.tensor([1 / 3, 2 / 3]), torch.tensor([2 / 3, 1 / 3])
@@ -53,7 +54,8 @@ def test_the_same_seed_gives_the_same_draws_and_both_rules_agree_at_equal_distri
 
 def test_the_interval_counts_clusters_not_rows():
     values = torch.tensor([1.0, 1.0, 3.0, 3.0])
-    by_row, by_pair = interval(values, torch.arange(4)), interval(values, torch.tensor([0, 0, 1, 1]))
+    by_row = cluster_mean_interval(values, torch.arange(4))
+    by_pair = cluster_mean_interval(values, torch.tensor([0, 0, 1, 1]))
     assert by_row["mean"] == by_pair["mean"] == 2.0
     assert by_pair["clusters"] == 2 and by_pair["high"] - by_pair["low"] > by_row["high"] - by_row["low"]
     # few clusters: Student's t, wider than the normal interval; many: the normal one

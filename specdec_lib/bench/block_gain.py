@@ -24,7 +24,6 @@ and one summary per (temperature, gamma). No clock is read: the numbers do not d
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ import torch
 from ..core.block_verify import block_thresholds, verify_block_batch
 from ..core.pair import ModelPair
 from ..core.sampling import SamplingConfig, draw, logits_to_probs
+from ..core.stats import cluster_mean_interval
 from ..core.verify import verify_exact_batch
 from ..decoders import autoregressive_generate
 from ..loading import load_pair
@@ -43,19 +43,6 @@ from .cli import write_json
 from .drafters import task_prompt_ids
 
 RULES = ("token-wise", "block")
-#: Student's t, 97.5th percentile, by degrees of freedom (a two-sided 95-percent interval from few clusters);
-#: between two listed values the smaller df's is used (a slightly wider interval), beyond the last the normal's
-T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
-        12: 2.179, 15: 2.131, 20: 2.086, 25: 2.060, 30: 2.042, 40: 2.021, 60: 2.000, 120: 1.980}
-Z975 = 1.959963984540054
-
-
-def t_quantile(df: int) -> float:
-    """The 97.5th percentile of Student's t with ``df`` degrees of freedom, from `T975` (conservative between)."""
-    if df > max(T975):
-        return Z975
-    return T975[max(d for d in T975 if d <= df)]
-
 DEFAULTS = {"tasks": ("code", "prose", "grounded"), "prompts": 4, "continuation": 40, "stride": 5, "draws": 6,
             "temperatures": (0.5, 1.0, 1.5), "gammas": (2, 4, 6), "repeats": 16, "seed": 0}
 
@@ -148,24 +135,14 @@ def verify_rows(rows: Rows, repeats: int, *, seed: int = 0, chunk: int = 256) ->
     return accepted
 
 
-def interval(values: torch.Tensor, clusters: torch.Tensor) -> dict[str, float]:
-    """Mean of ``values: [N]`` with a 95-percent interval whose unit is the cluster (``clusters: [N]`` ids): Student's
-    t interval over the per-cluster means. ``{"mean", "low", "high", "clusters"}``."""
-    ids = torch.unique(clusters)
-    means = torch.stack([values[clusters == i].double().mean() for i in ids])
-    mean = float(means.mean())
-    half = t_quantile(len(ids) - 1) * float(means.std()) / math.sqrt(len(ids)) if len(ids) > 1 else math.inf
-    return {"mean": mean, "low": mean - half, "high": mean + half, "clusters": len(ids)}
-
-
 def summarise(rows: Rows, accepted: dict[str, torch.Tensor], expected: dict[str, torch.Tensor]) -> dict:
     """Module docstring, step 3: per rule the sampled mean accepted drafts with its interval and the exact
     expectation's mean; the paired gain (block - token-wise) sampled and expected, with intervals."""
     per_row = {rule: accepted[rule].double().mean(dim=0) for rule in RULES}  # [N]: each row's mean over repeats
-    summary = {rule: {**interval(per_row[rule], rows.context), "expected": float(expected[rule].double().mean())}
+    summary = {rule: {**cluster_mean_interval(per_row[rule], rows.context), "expected": float(expected[rule].double().mean())}
                for rule in RULES}
-    summary["gain"] = interval(per_row["block"] - per_row["token-wise"], rows.context)
-    summary["expected_gain"] = interval(expected["block"] - expected["token-wise"], rows.context)
+    summary["gain"] = cluster_mean_interval(per_row["block"] - per_row["token-wise"], rows.context)
+    summary["expected_gain"] = cluster_mean_interval(expected["block"] - expected["token-wise"], rows.context)
     summary["rows"] = int(rows.tokens.shape[0])
     summary["draws"] = int(accepted["block"].numel())
     return summary

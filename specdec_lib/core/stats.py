@@ -9,7 +9,9 @@ if the promise held:
 - `total_variation`: how far apart two distributions are, ``TV(p, q) = 1/2 sum_x |p(x) - q(x)|`` (the largest
   difference in probability they give any event); `tv_noise_floor` says how large it is from sampling noise alone;
 - `binomial_z`: how many standard deviations a measured rate is from its theoretical value;
-- `accepted_count_distribution`: what the number of accepted drafts per round should look like.
+- `accepted_count_distribution`: what the number of accepted drafts per round should look like;
+- `cluster_mean_interval`: a mean with its 95-percent interval when the values come in dependent clusters
+  (Student's t over the cluster means, `t_quantile`).
 
 Pure Python and torch (float64), no SciPy: the notebooks use these too, and SciPy is only a test dependency
 (the tests check these p-values against ``scipy.stats``).
@@ -224,3 +226,27 @@ def accepted_count_distribution(alpha: float | Sequence[float], k: int) -> list[
         reach *= a
     probs.append(reach)  # all k accepted
     return probs
+
+
+#: Student's t, 97.5th percentile, by degrees of freedom (a two-sided 95-percent interval from few clusters);
+#: between two listed values the smaller df's is used (a slightly wider interval), beyond the last the normal's
+T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
+        12: 2.179, 15: 2.131, 20: 2.086, 25: 2.060, 30: 2.042, 40: 2.021, 60: 2.000, 120: 1.980}
+Z975 = 1.959963984540054
+
+
+def t_quantile(df: int) -> float:
+    """The 97.5th percentile of Student's t with ``df`` degrees of freedom, from `T975` (conservative between)."""
+    if df > max(T975):
+        return Z975
+    return T975[max(d for d in T975 if d <= df)]
+
+
+def cluster_mean_interval(values: torch.Tensor, clusters: torch.Tensor) -> dict[str, float]:
+    """Mean of ``values: [N]`` with a 95-percent interval whose unit is the cluster (``clusters: [N]`` ids): Student's
+    t interval over the per-cluster means. ``{"mean", "low", "high", "clusters"}``."""
+    ids = torch.unique(clusters)
+    means = torch.stack([values[clusters == i].double().mean() for i in ids])
+    mean = float(means.mean())
+    half = t_quantile(len(ids) - 1) * float(means.std()) / math.sqrt(len(ids)) if len(ids) > 1 else math.inf
+    return {"mean": mean, "low": mean - half, "high": mean + half, "clusters": len(ids)}
