@@ -11,8 +11,12 @@ from .errors import ModelNotFoundError
 DATA_DIR_ENV_VAR = "SPECDEC_DATA_DIR"
 #: The embedded model family in ``data/models/<name>/`` (trained by ``python -m specdec_lib train``).
 EMBEDDED_MODEL_NAMES = ("target", "draft", "draft_b")
-#: The ``data/`` folder of a clone (or editable install): beside the ``specdec_lib/`` package.
-REPO_DATA_DIR = Path(__file__).resolve().parents[2] / "data"
+#: The root of a clone (or editable install): the folder that holds the ``specdec_lib/`` package.
+REPO_ROOT = Path(__file__).resolve().parents[2]
+#: The ``data/`` folder of a clone: beside the ``specdec_lib/`` package.
+REPO_DATA_DIR = REPO_ROOT / "data"
+#: The tracked course notebooks, which nbval and the site read (learners work in a copy).
+REPO_COURSE_DIR = REPO_ROOT / "course"
 
 
 def data_dir() -> Path:

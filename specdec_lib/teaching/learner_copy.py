@@ -31,8 +31,9 @@ from pathlib import Path
 from typing import Sequence
 
 from ..core.errors import ConfigError
+from ..core.paths import REPO_COURSE_DIR
 
-COURSE_DIR = Path(__file__).resolve().parents[2] / "course"
+COURSE_DIR = REPO_COURSE_DIR
 DEFAULT_FOLDER = Path("~/specdec-course")
 #: what a learner gets, relative to the course folder (glob patterns; * stays inside one folder)
 COPIED = ("*.ipynb", "solutions/*.ipynb", "glossary.md")

@@ -48,8 +48,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-COURSE = ROOT / "course"
+from ..core.paths import REPO_COURSE_DIR
+
+COURSE = REPO_COURSE_DIR
 GUIDE = COURSE / "teacher_guide.md"
 
 WORDS_PER_MINUTE = 80

@@ -40,9 +40,9 @@ from pathlib import Path
 from typing import Sequence
 
 from ..core.errors import ConfigError
+from ..core.paths import REPO_COURSE_DIR, REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-COURSE_DIR = REPO_ROOT / "course"
+COURSE_DIR = REPO_COURSE_DIR
 DOCS_DIR = REPO_ROOT / "docs"
 DEFAULT_OUT = REPO_ROOT / "build" / "site"
 TITLE = "Speculative decoding: the course"
