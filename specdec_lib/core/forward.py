@@ -57,7 +57,7 @@ def unwrap_compiled(model: torch.nn.Module) -> torch.nn.Module:
     """The module a ``torch.compile(model)`` wrapper (``OptimizedModule``) compiles; ``model`` itself otherwise.
 
     Its signature, config and embeddings are the wrapped model's; calls still go through the compiled wrapper."""
-    return getattr(model, "_orig_mod", model)
+    return model._modules.get("_orig_mod", model)  # a dict lookup: a missing attribute costs Module.__getattr__ a raise
 
 
 def run_model(
@@ -92,7 +92,9 @@ def run_model(
     if hidden:
         kwargs["output_hidden_states"] = True
     output = model(input_ids=input_ids, **kwargs)
-    logits = output.logits if logits_to_keep is None else output.logits[:, -logits_to_keep:]
+    logits = output.logits
+    if logits_to_keep is not None and not keywords.logits_to_keep:  # the model computed every position's logits
+        logits = logits[:, -logits_to_keep:]
     return logits.float(), (output.hidden_states[-1] if hidden else None)
 
 

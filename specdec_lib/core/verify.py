@@ -243,11 +243,10 @@ def verify_greedy_batch(target_logits: torch.Tensor, draft_tokens: torch.Tensor,
                           f"{num_drafts.tolist() if isinstance(num_drafts, torch.Tensor) else num_drafts!r}.")
     choice = target_logits.argmax(dim=-1)  # [B, K + 1]: t_{b,i}, the target's greedy token after d_1 .. d_i
     matches = draft_tokens.to(choice.device) == choice[:, :width]  # [B, K]
+    count = width  # every row drafted K (an int: no tensor to build on the common path)
     if num_drafts is not None:
         count = num_drafts.to(choice.device)
         matches &= torch.arange(width, device=choice.device) < count[:, None]
-    else:
-        count = torch.full((batch,), width, device=choice.device)
     accepted = _accepted_prefix(matches)  # [B]
     return BatchVerdict(accepted, choice.gather(1, accepted[:, None])[:, 0], accepted == count)
 
