@@ -38,6 +38,7 @@ from .caches import cache_length, compact_cache, crop_cache, new_cache, repeat_r
 from .errors import ConfigError
 from .forward import run_model
 from .trees import tree_attention_mask, tree_position_ids
+from .validation import context_length
 
 PAD_ID = 0  # the id fed into holes; any id the model can read would do, since no real token attends to a hole
 ROW_KINDS = ("dynamic", "preallocated", "none")
@@ -79,6 +80,9 @@ class CachedRows:
         self.cache = None if kind == "none" else new_cache(model, kind, max_len=max_len)
         self.fed = torch.empty(1, 0, dtype=torch.long, device=model.device)  # kind "none": what was read so far
         self.mask: torch.Tensor | None = None  # [B, S] once some row holds a hole
+        # 0 .. context - 1 once: a forward without holes takes a view of it as its positions (a fresh arange per
+        # forward is a new allocation every draft step)
+        self.counting = torch.arange(context_length(model), device=model.device)
 
     @property
     def capacity(self) -> int | None:
@@ -129,7 +133,11 @@ class CachedRows:
             mask = tree_attention_mask(parents, root, first, dtype=next(self.model.parameters()).dtype,
                                        device=input_ids.device)  # [1, 1, T, past + T]
         elif self.mask is None and (valid is None or bool(valid.all())):
-            positions = torch.arange(past, past + width, device=input_ids.device).expand(batch, width)
+            positions = self.counting[None, past : past + width]  # [1, T]: every row's next positions
+            if positions.shape[1] < width:  # beyond the context (the decoders refuse it before): count on
+                positions = torch.arange(past, past + width, device=input_ids.device)[None]
+            if batch > 1:
+                positions = positions.expand(batch, width)
             mask = None  # every slot real: the model's own causal mask
         else:
             previous = self.mask if self.mask is not None else input_ids.new_ones(batch, past, dtype=torch.bool)
