@@ -180,30 +180,40 @@ def embed(model: PreTrainedModel, input_ids: torch.Tensor) -> torch.Tensor:
     return _decoder(model).embed_tokens(input_ids)
 
 
-def run_layers(model: PreTrainedModel, hidden: torch.Tensor, cache: Cache, start: int, stop: int) -> torch.Tensor:
-    """Run decoder layers ``start .. stop - 1`` of ``model`` on ``hidden: [1, T, D]``, appending to their KV cache.
+def run_layers(model: PreTrainedModel, hidden: torch.Tensor, cache: Cache, start: int, stop: int, *,
+               positions: torch.Tensor | None = None, allowed: torch.Tensor | None = None) -> torch.Tensor:
+    """Run decoder layers ``start .. stop - 1`` of ``model`` on ``hidden: [B, T, D]``, appending to their KV cache.
 
     The T new tokens take positions ``P .. P + T - 1`` where ``P`` is layer ``start``'s cache length: in
     self-speculative decoding the shallow layers run ahead of the deep ones (they have cached the drafts the
     deep layers have not verified yet), so every layer slice reads its own length, and all layers in
-    ``start .. stop - 1`` must hold the same number of tokens. Returns ``[1, T, D]``, *before* the final norm.
+    ``start .. stop - 1`` must hold the same number of tokens. Returns ``[B, T, D]``, *before* the final norm.
+
+    ``positions: LongTensor[1, T]`` and ``allowed: BoolTensor[T, S + T]`` (which of the S cached and T new slots
+    each new token attends to) replace the causal defaults: training-time test runs an EAGLE layer's later draft
+    steps after the earlier ones' slots, at the positions they draft for (`specdec_lib.training.heads`).
     """
     decoder = _decoder(model)
     if not 0 <= start < stop <= len(decoder.layers):
         raise ConfigError(f"Layers {start}..{stop - 1} are not a slice of the model's {len(decoder.layers)} layers.")
     past = int(cache.get_seq_length(start))
-    if past + hidden.shape[1] > context_length(model):
+    new_tokens = hidden.shape[1]
+    if positions is None:
+        positions = torch.arange(past, past + new_tokens, device=hidden.device).unsqueeze(0)  # [1, T]
+        last = past + new_tokens - 1
+    else:
+        last = int(positions.max())
+    if last >= context_length(model):
         raise ContextOverflowError(
             f"Cannot run {hidden.shape[1]} new tokens after {past} cached ones: the model's context is "
             f"{context_length(model)}. Shorten the prompt or generate fewer tokens."
         )
-    new_tokens = hidden.shape[1]
-    positions = torch.arange(past, past + new_tokens, device=hidden.device).unsqueeze(0)  # [1, T]
+    if allowed is None and new_tokens > 1:  # causal over the new block: no key in a query's future
+        allowed = ~torch.ones(new_tokens, past + new_tokens, dtype=torch.bool, device=hidden.device).triu(past + 1)
     mask = None  # one new token attends to every cached one: no mask needed
-    if new_tokens > 1:  # causal over the new block: [1, 1, T, P + T], -inf where a key lies in a query's future
-        future = torch.ones(new_tokens, past + new_tokens, dtype=torch.bool, device=hidden.device).triu(past + 1)
-        mask = torch.zeros(future.shape, dtype=hidden.dtype, device=hidden.device)
-        mask = mask.masked_fill(future, torch.finfo(hidden.dtype).min)[None, None]
+    if allowed is not None:  # additive [1, 1, T, S + T]: the dtype's minimum where a key is not allowed
+        mask = torch.zeros(allowed.shape, dtype=hidden.dtype, device=hidden.device)
+        mask = mask.masked_fill(~allowed, torch.finfo(hidden.dtype).min)[None, None]
     rotary = decoder.rotary_emb(hidden, position_ids=positions)  # (cos, sin) for these positions
     keywords = forward_keywords(type(decoder.layers[start]))
     for layer in decoder.layers[start:stop]:

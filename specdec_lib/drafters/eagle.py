@@ -104,12 +104,14 @@ class EagleModule(nn.Module):
     def get_decoder(self) -> "EagleModule":
         return self
 
-    def forward(self, features: torch.Tensor, next_ids: torch.Tensor, cache) -> torch.Tensor:
+    def forward(self, features: torch.Tensor, next_ids: torch.Tensor, cache, *, positions: torch.Tensor | None = None,
+                allowed: torch.Tensor | None = None) -> torch.Tensor:
         """Predicted features ``[B, T, D]`` for the pairs ``features: [B, T, D]`` (``h_i``) and
-        ``next_ids: LongTensor[B, T]`` (``x_{i+1}``) at the T positions after those in ``cache`` (extended in place)."""
+        ``next_ids: LongTensor[B, T]`` (``x_{i+1}``) at the T positions after those in ``cache`` (extended in place);
+        ``positions`` and ``allowed`` as in `run_layers` (training-time test), else causal after the cache."""
         embedded = self.embed_tokens(next_ids).to(features.dtype)
         fused = self.fc(torch.cat([embedded, features], dim=-1))  # [B, T, D]
-        return self.norm(run_layers(self, fused, cache, 0, 1))
+        return self.norm(run_layers(self, fused, cache, 0, 1, positions=positions, allowed=allowed))
 
     def logits(self, features: torch.Tensor) -> torch.Tensor:
         """float32 next-token logits ``[..., V]`` of features ``[..., D]`` through the target's LM head."""

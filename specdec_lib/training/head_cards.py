@@ -25,9 +25,15 @@ LEFT_OUT = {
     "medusa-heads": "Tree attention over the top candidates of every head (much of Medusa's speed), Medusa-2's joint "
                     "fine-tuning of the target, and training on the target's own generations (self-distillation).",
     "eagle": "Tree drafting (EAGLE-1's static tree, EAGLE-2's dynamic tree grown by the draft's confidence), EAGLE-3's "
-             "fusion of low, middle and high target layers and its training-time test (training on its own "
-             "multi-step predictions), feature noise during training, and self-distilled training data.",
+             "fusion of low, middle and high target layers{test}, feature noise during training, and self-distilled "
+             "training data.",
 }
+TEST_LEFT_OUT = " and its training-time test (training on its own multi-step predictions)"
+
+
+def _test_steps(report: dict) -> int:
+    """The draft steps unrolled in training (1: EAGLE-1's loss alone; reports from before the option say nothing)."""
+    return report["spec"].get("eagle_test_steps", 1)
 
 
 def _architecture_rows(kind: str, architecture: dict, report: dict) -> list[tuple[str, str]]:
@@ -129,6 +135,12 @@ def render_head_card(folder: Path) -> str:
                      "cross-entropy between the target's next-token distribution and the LM head's on the predicted "
                      f"feature; final (moving average): regression {final['regression']:.3f}, cross-entropy "
                      f"{final['cls']:.3f}, one-step top-1 agreement with the target {final['top1']:.3f}.")
+        steps = _test_steps(report)
+        if steps > 1:
+            later = ", ".join(f"step {j} {final[f'top1_step{j}']:.3f}" for j in range(2, steps + 1))
+            lines.append(f"- training-time test (EAGLE-3): steps 2 .. {steps} drafted on the layer's own predicted "
+                         f"features with the attention they have at draft time, each scored like step 1 and weighted "
+                         f"{spec['eagle_step_decay']}^(j-1); final top-1 agreement: {later}.")
     validation = report["validation"]
     lines += [
         "",
@@ -162,7 +174,7 @@ def render_head_card(folder: Path) -> str:
         "",
         "## What this leaves out",
         "",
-        LEFT_OUT[kind],
+        LEFT_OUT[kind].format(test="" if kind != "eagle" or _test_steps(report) > 1 else TEST_LEFT_OUT),
         "",
         "## Reproduce",
         "",

@@ -9,7 +9,9 @@ target's features on corpus windows, computed once (``torch.inference_mode``: no
     features   h: [W, T, D] float32, the target's post-norm hidden states at the first T tokens of each window
     Medusa     head j on h_t -> x_{t+1+j}: cross-entropy per head, weighted head_decay ** (j - 1) (Medusa-1)
     EAGLE      (h_t, x_{t+1}) -> h^_{t+1}: smooth L1 against h_{t+1} + eagle_cls_weight x the cross-entropy
-               between the target's next-token distribution at t+1 and the LM head's on h^_{t+1} (EAGLE-1)
+               between the target's next-token distribution at t+1 and the LM head's on h^_{t+1} (EAGLE-1); with
+               ``--eagle-test-steps K`` also steps 2 .. K drafted on its own predicted features, as at draft
+               time (EAGLE-3's training-time test: `unrolled_predictions`)
 
 The target's embedding and LM head are used, never trained: the heads' and the layer's files hold their own
 weights only. Both train with AdamW and the family's warm-up + cosine schedule, seeded. After training, weights
@@ -33,6 +35,7 @@ import torch.nn.functional as F
 from transformers import PreTrainedModel
 
 from ..core.devices import torch_threads
+from ..core.validation import check_count
 from ..drafters.eagle import EagleDrafter, EagleModule, eagle_architecture
 from ..drafters.eagle import KIND as EAGLE_KIND
 from ..drafters.frozen_target import WEIGHTS_FILE, save_drafter, target_fingerprint
@@ -70,6 +73,9 @@ class HeadsSpec:
     eagle_gammas: tuple[int, ...]
     head_decay: float = 0.8  # head j's loss weight head_decay ** (j - 1) (Medusa's lambda)
     eagle_cls_weight: float = 0.1  # EAGLE-1's weight of the classification loss
+    eagle_test_steps: int = 1  # draft steps unrolled in training (training-time test; 1: EAGLE-1's loss alone)
+    eagle_step_decay: float = 0.8  # step j's loss weight eagle_step_decay ** (j - 1)
+    kinds: tuple[str, ...] = ("medusa-heads", "eagle")  # which drafters to train
     eval_steps: int = 4  # EAGLE drafting steps measured at each validation position
     max_files: int | None = None
     seed: int = 1234
@@ -144,20 +150,67 @@ def medusa_loss(heads: MedusaHeads, lm_head: torch.nn.Module, features: torch.Te
     return total, parts
 
 
-def eagle_loss(module: EagleModule, features: torch.Tensor, tokens: torch.Tensor, cls_weight: float
-               ) -> tuple[torch.Tensor, dict]:
-    """EAGLE-1's loss on ``features: [B, T, D]`` and ``tokens: [B, T + 1]``: predict h_{t+1} from (h_t, x_{t+1}) for
-    t = 0 .. T-2; smooth L1 on the features + ``cls_weight`` x CE(target's p_{t+2} || LM head on h^_{t+1})."""
-    predicted = module(features[:, :-1], tokens[:, 1:-1], new_cache(module))  # [B, T - 1, D]
-    truth = features[:, 1:]
-    regression = F.smooth_l1_loss(predicted, truth)
+def draft_step_attention(length: int, step: int) -> torch.Tensor:
+    """Training-time test's attention for draft step ``step`` (1-based) over ``length`` positions: ``BoolTensor[n,
+    step * n]`` (n = ``length``), the slots of steps 1 .. step - 1 (n each, in the cache) then the step's own n.
+
+    At step j, query i is the j-th draft of the chain that began at the true pair ``i - j + 1``: at draft time it
+    sees the true pairs up to where its chain began and its own chain's earlier drafts, so here it sees step 1's
+    slots ``p <= i - j + 1`` and, for s = 2 .. j, step s's slot ``i - j + s`` (s = j: itself). Step 1 is causal.
+    Queries whose chain would begin before position 0 see only their own chain (their loss is left out)."""
+    query = torch.arange(length)[:, None]
+    key = torch.arange(length)[None, :]
+    blocks = [key <= query - step + 1] + [key == query - step + s for s in range(2, step + 1)]
+    return torch.cat(blocks, dim=1)
+
+
+def unrolled_predictions(module: EagleModule, features: torch.Tensor, next_ids: torch.Tensor,
+                         steps: int) -> list[torch.Tensor]:
+    """Training-time test: the features ``[B, n, D]`` that ``module`` predicts at draft steps 1 .. ``steps``.
+
+    ``features: [B, n, D]`` are the true h_0 .. h_{n-1}, ``next_ids: LongTensor[B, n]`` the true x_1 .. x_n. Step 1
+    reads the true pairs (h_i, x_{i+1}) causally: its output at i is h^_{i+1}. Step j reads step j - 1's
+    prediction of h_i (its output at i - 1) with x_{i+1}, at position i, attending as `draft_step_attention` says: its
+    output at i is what the drafter predicts for h_{i+1} as the j-th draft of a chain that began at the true pair
+    i - j + 1. One forward per step over all n positions, each step's keys and values cached for the next."""
+    cache, length = new_cache(module), features.shape[1]
+    positions = torch.arange(length, device=features.device)[None]
+    inputs, predictions = features, []
+    for step in range(1, steps + 1):
+        later = step > 1  # step 1 runs causally after an empty cache: run_layers' defaults
+        predicted = module(inputs, next_ids, cache, positions=positions if later else None,
+                           allowed=draft_step_attention(length, step).to(features.device) if later else None)
+        predictions.append(predicted)
+        inputs = torch.cat([torch.zeros_like(predicted[:, :1]), predicted[:, :-1]], dim=1)  # h^_i at position i
+    return predictions
+
+
+def eagle_loss(module: EagleModule, features: torch.Tensor, tokens: torch.Tensor, cls_weight: float,
+               steps: int = 1, decay: float = 0.8) -> tuple[torch.Tensor, dict]:
+    """EAGLE's loss on ``features: [B, T, D]`` and ``tokens: [B, T + 1]``, over ``steps`` draft steps.
+
+    Step 1 (EAGLE-1): predict h_{t+1} from the true pair (h_t, x_{t+1}) for t = 0 .. T-2; smooth L1 on the features
+    + ``cls_weight`` x CE(target's p_{t+2} || LM head on h^_{t+1}). Training-time test (EAGLE-3), steps 2 ..
+    ``steps``: step j reads step j - 1's *predicted* features (`unrolled_predictions`) and is scored the same way
+    on the positions whose chain began at a true pair (i >= j - 1), weighted ``decay ** (j - 1)``; gradients flow
+    through the unrolled steps. Parts: step 1's regression, cross-entropy and top-1 agreement with the target, and
+    the top-1 of every later step."""
+    truth = features[:, 1:]  # [B, n, D]: h_1 .. h_{T-1}, n = T - 1
     with torch.no_grad():
-        target_probs = torch.softmax(module.logits(truth), dim=-1)  # [B, T - 1, V]
-    log_q = torch.log_softmax(module.logits(predicted), dim=-1)
-    classification = -(target_probs * log_q).sum(-1).mean()
-    parts = {"regression": regression.item(), "cls": classification.item(),
-             "top1": (log_q.argmax(-1) == target_probs.argmax(-1)).float().mean().item()}
-    return regression + cls_weight * classification, parts
+        target_probs = torch.softmax(module.logits(truth), dim=-1)  # [B, n, V]
+    total, parts = 0.0, {}
+    for step, predicted in enumerate(unrolled_predictions(module, features[:, :-1], tokens[:, 1:-1], steps), 1):
+        kept = slice(step - 1, None)  # chains that began at a true pair
+        regression = F.smooth_l1_loss(predicted[:, kept], truth[:, kept])
+        log_q = torch.log_softmax(module.logits(predicted[:, kept]), dim=-1)
+        classification = -(target_probs[:, kept] * log_q).sum(-1).mean()
+        total = total + decay ** (step - 1) * (regression + cls_weight * classification)
+        top1 = (log_q.argmax(-1) == target_probs[:, kept].argmax(-1)).float().mean().item()
+        if step == 1:
+            parts.update(regression=regression.item(), cls=classification.item(), top1=top1)
+        else:
+            parts[f"top1_step{step}"] = top1
+    return total, parts
 
 
 def _round_to_fp16(module: torch.nn.Module) -> None:
@@ -184,9 +237,10 @@ def _write(folder: Path, kind: str, module: torch.nn.Module, architecture: dict,
 
 
 def train_heads(spec: HeadsSpec, out_dir: Path, target_folder: Path) -> dict[str, dict]:
-    """Train both drafters for the model in ``target_folder`` and write ``out_dir/heads`` and ``out_dir/eagle``.
+    """Train the drafters of ``spec.kinds`` for the model in ``target_folder`` into ``out_dir/heads`` and
+    ``out_dir/eagle``.
 
-    Returns the two training reports (also written beside the weights). Runs on ``spec.threads`` threads (the
+    Returns their training reports (also written beside the weights). Runs on ``spec.threads`` threads (the
     caller's setting is restored afterwards)."""
     with torch_threads(spec.threads):
         return _train_both(spec, Path(out_dir), Path(target_folder))
@@ -226,37 +280,42 @@ def _train_both(spec: HeadsSpec, out_dir: Path, target_folder: Path) -> dict[str
     }
     reports = {}
 
-    torch.manual_seed(spec.seed)
-    heads = MedusaHeads(spec.num_heads, target.config.hidden_size)
-    log: list[dict] = []
-    training = _train_loop(heads, spec.medusa_steps, spec, lambda i: medusa_loss(
-        heads, lm_head, features[i], windows[i], spec.head_decay), len(windows), "medusa", log)
-    _round_to_fp16(heads)
-    measure_start = time.perf_counter()
-    drafter = HeadsDrafter(heads, target)
-    reports[HEADS_KIND] = {**common, "kind": HEADS_KIND, "training": training, "log": log,
-                           "validation": medusa_accuracy(heads, lm_head, val_features, val),
-                           "acceptance": greedy_acceptance(target, drafter, prompts, (spec.num_heads,), spec.new_tokens),
-                           "measure_seconds": round(time.perf_counter() - measure_start, 1)}
-    _write(out_dir / "heads", HEADS_KIND, heads, heads.architecture, fingerprint, reports[HEADS_KIND])
+    if HEADS_KIND in spec.kinds:
+        torch.manual_seed(spec.seed)
+        heads = MedusaHeads(spec.num_heads, target.config.hidden_size)
+        log: list[dict] = []
+        training = _train_loop(heads, spec.medusa_steps, spec, lambda i: medusa_loss(
+            heads, lm_head, features[i], windows[i], spec.head_decay), len(windows), "medusa", log)
+        _round_to_fp16(heads)
+        measure_start = time.perf_counter()
+        drafter = HeadsDrafter(heads, target)
+        reports[HEADS_KIND] = {**common, "kind": HEADS_KIND, "training": training, "log": log,
+                               "validation": medusa_accuracy(heads, lm_head, val_features, val),
+                               "acceptance": greedy_acceptance(target, drafter, prompts, (spec.num_heads,),
+                                                               spec.new_tokens),
+                               "measure_seconds": round(time.perf_counter() - measure_start, 1)}
+        _write(out_dir / "heads", HEADS_KIND, heads, heads.architecture, fingerprint, reports[HEADS_KIND])
 
-    torch.manual_seed(spec.seed + 1)
-    architecture = eagle_architecture(target, spec.eagle_intermediate)
-    module = EagleModule(architecture, target)
-    with torch.no_grad():  # start in the target's feature scale
-        module.norm.weight.copy_(target.get_decoder().norm.weight)
-    log = []
-    training = _train_loop(module, spec.eagle_steps, spec, lambda i: eagle_loss(
-        module, features[i], windows[i], spec.eagle_cls_weight), len(windows), "eagle", log)
-    _round_to_fp16(module)
-    measure_start = time.perf_counter()
-    drafter = EagleDrafter(module)
-    reports[EAGLE_KIND] = {**common, "kind": EAGLE_KIND, "training": training, "log": log,
-                           "validation": eagle_accuracy(module, val_features[: spec.eagle_eval_windows],
-                                                        val[: spec.eagle_eval_windows], spec.eval_steps),
-                           "acceptance": greedy_acceptance(target, drafter, prompts, spec.eagle_gammas, spec.new_tokens),
-                           "measure_seconds": round(time.perf_counter() - measure_start, 1)}
-    _write(out_dir / "eagle", EAGLE_KIND, module, architecture, fingerprint, reports[EAGLE_KIND])
+    if EAGLE_KIND in spec.kinds:
+        torch.manual_seed(spec.seed + 1)
+        architecture = eagle_architecture(target, spec.eagle_intermediate)
+        module = EagleModule(architecture, target)
+        with torch.no_grad():  # start in the target's feature scale
+            module.norm.weight.copy_(target.get_decoder().norm.weight)
+        log = []
+        training = _train_loop(module, spec.eagle_steps, spec, lambda i: eagle_loss(
+            module, features[i], windows[i], spec.eagle_cls_weight, spec.eagle_test_steps, spec.eagle_step_decay),
+            len(windows), "eagle", log)
+        _round_to_fp16(module)
+        measure_start = time.perf_counter()
+        drafter = EagleDrafter(module)
+        reports[EAGLE_KIND] = {**common, "kind": EAGLE_KIND, "training": training, "log": log,
+                               "validation": eagle_accuracy(module, val_features[: spec.eagle_eval_windows],
+                                                            val[: spec.eagle_eval_windows], spec.eval_steps),
+                               "acceptance": greedy_acceptance(target, drafter, prompts, spec.eagle_gammas,
+                                                               spec.new_tokens),
+                               "measure_seconds": round(time.perf_counter() - measure_start, 1)}
+        _write(out_dir / "eagle", EAGLE_KIND, module, architecture, fingerprint, reports[EAGLE_KIND])
     print(f"done in {(time.perf_counter() - started) / 60:.1f} min", flush=True)
     return reports
 
@@ -271,6 +330,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="a few steps on a corpus slice (seconds; for tests)")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch threads (default: the spec's, 2 for the full run like the family's, 1 for --quick)")
+    parser.add_argument("--only", choices=(HEADS_KIND, EAGLE_KIND), default=None,
+                        help="train one of the two drafters (default: both)")
+    parser.add_argument("--eagle-test-steps", type=int, default=None, metavar="K",
+                        help="EAGLE draft steps unrolled in training (training-time test; default: the spec's, 1)")
     args = parser.parse_args(argv)
     spec = QUICK if args.quick else FULL
-    train_heads(spec if args.threads is None else replace(spec, threads=args.threads), args.out, args.target)
+    if args.threads is not None:
+        spec = replace(spec, threads=args.threads)
+    if args.only is not None:
+        spec = replace(spec, kinds=(args.only,))
+    if args.eagle_test_steps is not None:
+        check_count("--eagle-test-steps", args.eagle_test_steps, minimum=1,
+                    hint="1 trains EAGLE-1's one-step loss; 2 to 4 unroll that many draft steps.")
+        spec = replace(spec, eagle_test_steps=args.eagle_test_steps)
+    train_heads(spec, args.out, args.target)

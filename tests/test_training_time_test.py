@@ -1,0 +1,90 @@
+"""EAGLE-3's training-time test: training unrolls the EAGLE layer's later draft steps exactly as it drafts them.
+
+- the attention of step j (`draft_step_attention`) is causal at step 1 and, at step j, the true pairs up to where the
+  chain began plus the chain's own earlier drafts;
+- `unrolled_predictions` at step j and position i equals what the layer predicts when it drafts for real: read the
+  true pairs up to i - j + 1 into its cache, then autoregress j - 1 steps on its own features;
+- the one-step loss is EAGLE-1's, and later steps add their own terms;
+- ``train heads --only eagle --eagle-test-steps K`` trains only the EAGLE layer, with K steps, and its card says so.
+"""
+
+import json
+
+import pytest
+import torch
+
+from specdec_lib.core.caches import new_cache
+from specdec_lib.core.errors import ConfigError
+from specdec_lib.drafters import EagleModule
+from specdec_lib.drafters.eagle import eagle_architecture
+from specdec_lib.training.cli import main as train_main
+from specdec_lib.training.head_cards import render_head_card
+from specdec_lib.training.heads import eagle_loss, target_features, draft_step_attention, unrolled_predictions
+
+STEPS = 3
+
+
+@pytest.fixture(scope="module")
+def layer_and_data(sharp_tiny_pair):
+    """A randomly initialised EAGLE layer on the sharp tiny target, and the target's features on two windows."""
+    target = sharp_tiny_pair[0]
+    torch.manual_seed(3)
+    module = EagleModule(eagle_architecture(target), target)
+    for parameter in module.parameters():
+        torch.nn.init.normal_(parameter, std=0.3)
+    windows = torch.randint(2, 64, (2, 13))  # [B, T + 1]
+    return module.eval(), windows, target_features(target, windows)  # features [B, T, D]
+
+
+def test_step_one_is_causal_and_step_j_sees_where_its_chain_began_and_its_own_drafts():
+    assert torch.equal(draft_step_attention(5, 1), torch.ones(5, 5, dtype=torch.bool).tril())
+    allowed = draft_step_attention(5, 3)  # [5, 15]: step 1's slots, step 2's, then step 3's own
+    assert allowed.shape == (5, 15)
+    # query 3 is the third draft of the chain that began at the true pair 1
+    assert allowed[3, :5].tolist() == [True, True, False, False, False]
+    assert allowed[3, 5:10].tolist() == [False, False, True, False, False]  # its second draft, at position 2
+    assert allowed[3, 10:].tolist() == [False, False, False, True, False]  # itself
+    assert not allowed[0, :5].any() and allowed[0, 10]  # no chain began before position 0: only itself
+
+
+@torch.no_grad()
+def test_unrolled_steps_predict_what_the_layer_drafts(layer_and_data):
+    module, windows, features = layer_and_data
+    next_ids = windows[:, 1:]  # x_1 .. x_T
+    predictions = unrolled_predictions(module, features, next_ids, STEPS)
+    assert [p.shape for p in predictions] == [features.shape] * STEPS
+    length = features.shape[1]
+    for step in range(1, STEPS + 1):
+        for position in range(step - 1, length):
+            began = position - step + 1  # the chain's last true pair
+            cache = new_cache(module)
+            drafted = module(features[:, : began + 1], next_ids[:, : began + 1], cache)[:, -1:]  # h^ of began + 1
+            for later in range(2, step + 1):
+                at = began + later - 1
+                drafted = module(drafted, next_ids[:, at : at + 1], cache)  # on its own feature, as it drafts
+            torch.testing.assert_close(predictions[step - 1][:, position], drafted[:, 0], atol=1e-5, rtol=1e-4)
+
+
+@torch.no_grad()
+def test_the_one_step_loss_is_eagle1s_and_later_steps_add_their_own(layer_and_data):
+    module, windows, features = layer_and_data
+    one, one_parts = eagle_loss(module, features, windows, cls_weight=0.1)
+    assert float(one) == pytest.approx(one_parts["regression"] + 0.1 * one_parts["cls"], rel=1e-5)
+    more, more_parts = eagle_loss(module, features, windows, cls_weight=0.1, steps=STEPS)
+    assert {k: more_parts[k] for k in one_parts} == pytest.approx(one_parts, rel=1e-5)
+    assert set(more_parts) - set(one_parts) == {"top1_step2", "top1_step3"}
+    assert float(more) > float(one)
+
+
+def test_training_the_eagle_layer_alone_with_test_steps(tmp_path):
+    train_main(["heads", "--quick", "--only", "eagle", "--eagle-test-steps", "2", "--out", str(tmp_path)])
+    assert not (tmp_path / "heads").exists()
+    folder = tmp_path / "eagle"
+    report = json.loads((folder / "training_report.json").read_text())
+    assert report["spec"]["eagle_test_steps"] == 2
+    assert "top1_step2" in report["training"]["final"]
+    card = (folder / "README.md").read_text()
+    assert card == render_head_card(folder)
+    assert "training-time test (EAGLE-3): steps 2 .. 2" in card and "and its training-time test" not in card
+    with pytest.raises(ConfigError, match="--eagle-test-steps"):
+        train_main(["heads", "--quick", "--eagle-test-steps", "0", "--out", str(tmp_path)])
