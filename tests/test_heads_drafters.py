@@ -1,4 +1,5 @@
-"""Medusa heads and the EAGLE layer: greedy identity, exact sampling, the shipped files and cards, refusals, training.
+"""Medusa heads and the EAGLE layer (EAGLE-1 style, and EAGLE-3 style: fused target layers, trained with
+training-time test): greedy identity, exact sampling, the shipped files and cards, refusals, training.
 
 Both drafters read the target's hidden states through ``observe_target`` (`speculative_generate` feeds them), so
 the tests run them through `speculative_generate` only:
@@ -49,7 +50,8 @@ from specdec_lib.training.heads import eagle_loss, medusa_loss, target_features
 from specdec_lib.core.verify import residual_distribution
 
 GAMMAS = (1, 2, 4, 8)
-KINDS = ("heads", "eagle")
+KINDS = ("heads", "eagle", "eagle3")
+FUSED_LAYERS = (1, -1)  # the tiny targets have two layers: the first one's hidden state and the last, normed
 OTHER_PROMPT = torch.tensor([[0, 9, 33, 12, 40, 2, 7, 51]])
 
 
@@ -58,7 +60,10 @@ def make_drafter(kind: str, module: torch.nn.Module, target) -> HeadsDrafter | E
 
 
 def new_module(kind: str, target) -> torch.nn.Module:
-    return MedusaHeads(3, target.config.hidden_size) if kind == "heads" else EagleModule(eagle_architecture(target), target)
+    if kind == "heads":
+        return MedusaHeads(3, target.config.hidden_size)
+    layers = FUSED_LAYERS if kind == "eagle3" else (-1,)
+    return EagleModule(eagle_architecture(target, feature_layers=layers), target)
 
 
 # ---------------------------------------------------------------- tiny models
@@ -81,9 +86,11 @@ def tiny_modules(tiny_target):
         samples = tiny_target.generate(prompts, do_sample=True, max_new_tokens=45, min_new_tokens=45, pad_token_id=1,
                                        attention_mask=torch.ones_like(prompts))  # [64, 48]
     features = target_features(tiny_target, samples)  # [64, 47, 32]
+    fused = target_features(tiny_target, samples, layers=FUSED_LAYERS)  # [64, 47, 64]
     lm_head = tiny_target.get_output_embeddings()
     losses = {"heads": lambda m, i: medusa_loss(m, lm_head, features[i], samples[i], 0.8),
-              "eagle": lambda m, i: eagle_loss(m, features[i], samples[i], 0.1)}
+              "eagle": lambda m, i: eagle_loss(m, features[i], samples[i], 0.1),
+              "eagle3": lambda m, i: eagle_loss(m, fused[i], samples[i], 0.1, steps=2)}
     modules = {}
     for kind in KINDS:
         torch.manual_seed(1)
@@ -183,13 +190,17 @@ def oracles():
     with torch.no_grad():
         embedding.copy_(embedding[:1].expand_as(embedding))
         feature = target_features(target, torch.zeros(1, 2, dtype=torch.long))[0, 0]  # [D]: the same everywhere
-    eagle = EagleModule(eagle_architecture(target), target)
-    with torch.no_grad():
-        for weight in (eagle.fc.weight, eagle.layers[0].self_attn.o_proj.weight, eagle.layers[0].mlp.down_proj.weight):
-            weight.zero_()
-        eagle.fc.bias.copy_(feature)  # the layer adds nothing; RMSNorm (weight 1, like the target's) maps it to itself
-        eagle.norm.weight.copy_(target.get_decoder().norm.weight)
-    return target, {"heads": MedusaHeads(3, target.config.hidden_size).eval(), "eagle": eagle.eval()}
+    layers = {}
+    for kind in ("eagle", "eagle3"):
+        eagle = new_module(kind, target)
+        with torch.no_grad():
+            for weight in (eagle.fc.weight, eagle.layers[0].self_attn.o_proj.weight,
+                           eagle.layers[0].mlp.down_proj.weight):
+                weight.zero_()
+            eagle.fc.bias.copy_(feature)  # the layer adds nothing; RMSNorm (weight 1, like the target's) keeps it
+            eagle.norm.weight.copy_(target.get_decoder().norm.weight)
+        layers[kind] = eagle.eval()
+    return target, {"heads": MedusaHeads(3, target.config.hidden_size).eval(), **layers}
 
 
 def untempered_step_law(target, sampling: SamplingConfig) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,9 +1,12 @@
-"""EAGLE-3's training-time test: training unrolls the EAGLE layer's later draft steps exactly as it drafts them.
+"""EAGLE-3 in training: the layer reads a fusion of several target layers, and training unrolls its later draft
+steps exactly as it drafts them (training-time test).
 
 - the attention of step j (`draft_step_attention`) is causal at step 1 and, at step j, the true pairs up to where the
   chain began plus the chain's own earlier drafts;
 - `unrolled_predictions` at step j and position i equals what the layer predicts when it drafts for real: read the
   true pairs up to i - j + 1 into its cache, then autoregress j - 1 steps on its own features;
+  (with the last layer's features, and with a fusion of two layers);
+- the feature layers must be increasing indices ending with the last layer (-1), within the target;
 - the one-step loss is EAGLE-1's, and later steps add their own terms;
 - ``train heads --only eagle --eagle-test-steps K`` trains only the EAGLE layer, with K steps, and its card says so.
 """
@@ -24,16 +27,17 @@ from specdec_lib.training.heads import eagle_loss, target_features, draft_step_a
 STEPS = 3
 
 
-@pytest.fixture(scope="module")
-def layer_and_data(sharp_tiny_pair):
-    """A randomly initialised EAGLE layer on the sharp tiny target, and the target's features on two windows."""
+@pytest.fixture(scope="module", params=[(-1,), (1, -1)], ids=["last-layer", "fused"])
+def layer_and_data(sharp_tiny_pair, request):
+    """A randomly initialised EAGLE layer on the sharp tiny target reading ``request.param``'s hidden states, and
+    the target's states on two windows."""
     target = sharp_tiny_pair[0]
     torch.manual_seed(3)
-    module = EagleModule(eagle_architecture(target), target)
+    module = EagleModule(eagle_architecture(target, feature_layers=request.param), target)
     for parameter in module.parameters():
         torch.nn.init.normal_(parameter, std=0.3)
     windows = torch.randint(2, 64, (2, 13))  # [B, T + 1]
-    return module.eval(), windows, target_features(target, windows)  # features [B, T, D]
+    return module.eval(), windows, target_features(target, windows, layers=request.param)  # [B, T, H * D]
 
 
 def test_step_one_is_causal_and_step_j_sees_where_its_chain_began_and_its_own_drafts():
@@ -52,17 +56,25 @@ def test_unrolled_steps_predict_what_the_layer_drafts(layer_and_data):
     module, windows, features = layer_and_data
     next_ids = windows[:, 1:]  # x_1 .. x_T
     predictions = unrolled_predictions(module, features, next_ids, STEPS)
-    assert [p.shape for p in predictions] == [features.shape] * STEPS
+    assert [p.shape for p in predictions] == [features.shape[:2] + (module.config.hidden_size,)] * STEPS
     length = features.shape[1]
     for step in range(1, STEPS + 1):
         for position in range(step - 1, length):
             began = position - step + 1  # the chain's last true pair
             cache = new_cache(module)
-            drafted = module(features[:, : began + 1], next_ids[:, : began + 1], cache)[:, -1:]  # h^ of began + 1
+            true = module.fuse_features(features[:, : began + 1])  # the true pairs' features
+            drafted = module(true, next_ids[:, : began + 1], cache)[:, -1:]  # h^ of began + 1
             for later in range(2, step + 1):
                 at = began + later - 1
                 drafted = module(drafted, next_ids[:, at : at + 1], cache)  # on its own feature, as it drafts
             torch.testing.assert_close(predictions[step - 1][:, position], drafted[:, 0], atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("layers", [(4, -1), (1,), (1, 1, -1), (-1, 1), (2, -1)])
+def test_feature_layers_are_checked_against_the_target(sharp_tiny_pair, layers):
+    target = sharp_tiny_pair[0]  # two layers: hidden states 0 (the embeddings) and 1, and -1 (the last, normed)
+    with pytest.raises(ConfigError, match="feature_layers must be increasing"):
+        EagleModule(eagle_architecture(target, feature_layers=layers), target)
 
 
 @torch.no_grad()

@@ -16,8 +16,9 @@ holds ``tokens [B, K]`` (a drafter for one row may return ``[k]``), the distribu
 What a drafter can do is declared, not discovered: ``batches`` (B > 1 rows), ``trees`` (token trees), and three
 ways of reading the *target's* work instead of running a model of its own (the draft-free drafters of notebook 05):
 
-- ``wants_target_hidden``: `observe_target` receives the target's last hidden states at the committed positions
-  (Medusa heads and EAGLE draft from them);
+- ``wants_target_hidden``: `observe_target` receives the target's hidden states at the committed positions
+  (Medusa heads and EAGLE draft from them): those of ``hidden_layers``, side by side (default: the last layer's,
+  after the final norm; an EAGLE-3-style layer reads a low, a middle and the last one);
 - ``reads_target``: `observe_target` receives the target's logits after every forward (Jacobi decoding guesses
   from them);
 - ``shares_target_cache``: the engine lends the drafter the target's own KV cache (`attach_target`) and lets it run
@@ -156,6 +157,7 @@ class Drafter(ABC):
     batches: bool = False
     trees: bool = False
     wants_target_hidden: bool = False
+    hidden_layers: tuple[int, ...] = (-1,)  # transformers' hidden_states indices `observe_target` receives
     reads_target: bool = False
     shares_target_cache: bool = False
     proposes_target_ids: bool = False
@@ -199,8 +201,9 @@ class Drafter(ABC):
 class TargetOutput:
     """What the target computed in one forward, for drafters that read it (one row).
 
-    ``logits: [T, V]``: the forward's rows (the prefill keeps only its last position); ``hidden: [n, D] | None``:
-    the last layer's normed hidden states at the n inputs whose outputs were kept (every prompt position after the
+    ``logits: [T, V]``: the forward's rows (the prefill keeps only its last position); ``hidden: [n, H * D] |
+    None``: the hidden states of the drafter's H ``hidden_layers`` (default: the last layer's, normed) at the n
+    inputs whose outputs were kept (every prompt position after the
     prefill; after a round that kept ``a`` drafts, the last committed token and those ``a``), None unless the
     drafter ``wants_target_hidden``; ``accepted``: the drafts the target accepted (0 for the prefill)."""
 
@@ -227,6 +230,7 @@ class WrappedDrafter(Drafter):
     batches = property(lambda self: self.inner.batches)  # type: ignore[assignment]
     trees = property(lambda self: self.inner.trees)  # type: ignore[assignment]
     wants_target_hidden = property(lambda self: self.inner.wants_target_hidden)  # type: ignore[assignment]
+    hidden_layers = property(lambda self: self.inner.hidden_layers)  # type: ignore[assignment]
     reads_target = property(lambda self: self.inner.reads_target)  # type: ignore[assignment]
     shares_target_cache = property(lambda self: self.inner.shares_target_cache)  # type: ignore[assignment]
     proposes_target_ids = property(lambda self: self.inner.proposes_target_ids)  # type: ignore[assignment]

@@ -67,8 +67,8 @@ def generate(target: PreTrainedModel, drafter: Drafter | None, prompts: Sequence
     `specdec_lib.core.stopping`; ``seed`` fixes every random draw of a sampled run."""
     run = Run.start(target, drafter, prompts, settings, seed=seed, eos_token_id=eos_token_id,
                     record_memory=record_memory)
-    hidden = drafter is not None and drafter.wants_target_hidden
-    observes = drafter is not None and (hidden or drafter.reads_target)
+    hidden = drafter.hidden_layers if drafter is not None and drafter.wants_target_hidden else None
+    observes = drafter is not None and (hidden is not None or drafter.reads_target)
     with torch.inference_mode():
         rows = CachedRows(target, run.batch, kind=settings.cache_kind, max_len=run.cache_slots)
         if drafter is not None:

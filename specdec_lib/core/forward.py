@@ -26,6 +26,9 @@ from .trees import node_depths, tree_attention_mask, tree_position_ids
 from .validation import check_input_ids, context_length
 
 
+LAST_HIDDEN = (-1,)  # the last layer's output after the final norm: what Medusa heads and EAGLE-1 read
+
+
 @dataclass(frozen=True)
 class _ForwardKeywords:
     """How a model class's ``forward`` wants to be called (read once per class from its signature)."""
@@ -68,15 +71,16 @@ def run_model(
     position_ids: torch.Tensor,
     attention_mask: torch.Tensor | None = None,
     logits_to_keep: int | None = None,
-    hidden: bool = False,
+    hidden: Sequence[int] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Run ``model`` on ``input_ids: LongTensor[B, T]`` appended to ``cache`` (None: no cache, T is everything).
 
     ``position_ids: [B, T]``; ``attention_mask``: None (the model's own causal mask), ``[B, S + T]`` (1 where a slot
     holds a real token of that row, `specdec_lib.core.rows`) or an additive 4-D mask (a token tree). Returns float32
     logits ``[B, T_keep, V]`` of the last ``T_keep = logits_to_keep`` positions (all T when None: keeping only the
-    needed rows skips most of the LM head, the largest matrix in small models) and, with ``hidden=True``, the last
-    layer's output after the final norm (the LM head's input) at every new position, ``[B, T, D]`` (else None).
+    needed rows skips most of the LM head, the largest matrix in small models) and, with ``hidden``, hidden states
+    at every new position, ``[B, T, len(hidden) * D]`` (else None): transformers' ``hidden_states[i]`` for each i
+    in ``hidden``, side by side (0: the embeddings, i: after layer i, -1: after the final norm, the LM head's input).
     Runs under whatever grad mode the caller set (generation uses inference_mode)."""
     keywords = forward_keywords(type(unwrap_compiled(model)))
     kwargs: dict[str, object] = {"position_ids": position_ids, "use_cache": cache is not None}
@@ -95,7 +99,10 @@ def run_model(
     logits = output.logits
     if logits_to_keep is not None and not keywords.logits_to_keep:  # the model computed every position's logits
         logits = logits[:, -logits_to_keep:]
-    return logits.float(), (output.hidden_states[-1] if hidden else None)
+    if not hidden:
+        return logits.float(), None
+    states = output.hidden_states
+    return logits.float(), states[hidden[0]] if len(hidden) == 1 else torch.cat([states[i] for i in hidden], dim=-1)
 
 
 def forward_with_cache(
@@ -154,7 +161,7 @@ def forward_with_cache(
             f"the model's context of {limit}. Shorten the prompt or generate fewer tokens."
         )
     logits, hidden = run_model(model, input_ids, cache, position_ids=positions, attention_mask=mask,
-                               logits_to_keep=logits_to_keep, hidden=return_hidden)
+                               logits_to_keep=logits_to_keep, hidden=LAST_HIDDEN if return_hidden else None)
     return (logits, hidden) if return_hidden else logits
 
 

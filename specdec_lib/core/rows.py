@@ -109,10 +109,10 @@ class CachedRows:
 
     def forward(self, input_ids: torch.Tensor, valid: torch.Tensor | None = None, *, logits_to_keep: int | None = None,
                 tree: tuple[Sequence[int], int] | None = None,
-                hidden: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+                hidden: Sequence[int] | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Append ``input_ids: LongTensor[B, T]`` and return float32 logits ``[B, T_keep, V]`` of the last
-        ``logits_to_keep`` columns (all T when None) and, with ``hidden=True``, the last layer's normed hidden states
-        ``[B, T, D]`` (else None). ``valid: BoolTensor[B, T]``: the real tokens (None: all of them). ``tree=(parents,
+        ``logits_to_keep`` columns (all T when None) and, with ``hidden``, the hidden states `run_model` reads
+        (``[B, T, len(hidden) * D]``, else None). ``valid: BoolTensor[B, T]``: the real tokens (None: all of them). ``tree=(parents,
         first)`` (one row): the inputs are tree positions ``first .. N`` of a token tree (`specdec_lib.core.trees`),
         with the tree's positions and attention mask instead of the causal ones."""
         batch, width = input_ids.shape
@@ -149,7 +149,7 @@ class CachedRows:
                          logits_to_keep=logits_to_keep, hidden=hidden)
 
     def _prefill_once(self, input_ids: torch.Tensor, logits_to_keep: int | None,
-                      hidden: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+                      hidden: Sequence[int] | None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Prefill B identical rows ``input_ids: [B, T]`` by one forward of the first and copies of its keys, values,
         logits and hidden states: the numbers a B-row forward computes (every row reads the same tokens at the same
         positions), for 1/B of its cost."""

@@ -21,10 +21,17 @@ own KV cache over those *true* pairs, feeds the new ones in one forward, and its
 and so on: k drafts cost k forwards of one layer. `accept` crops the cache back to the true pairs (the drafted
 pairs hold predicted features, which the target's real ones replace at the next round).
 
+EAGLE-3 (Li et al. 2025) changes two things, both available here. The true feature of a committed position can be a
+*fusion* of several target layers (``feature_layers``, e.g. a low, a middle and the last: their hidden states side
+by side, ``[3D]``, mapped to ``[D]`` by one linear layer, `EagleModule.fuse_features`), captured in the
+verification forward the target runs anyway (the drafter's ``hidden_layers``); drafted positions still carry the
+layer's own predicted feature. And training can unroll several draft steps on the layer's own predictions
+(*training-time test*, `specdec_lib.training.heads.unrolled_predictions`), so that steps 2, 3, ... are trained on
+the inputs they meet when drafting. (EAGLE-3 also drops the feature-regression loss; this layer keeps it, so its
+output stays a feature the target's LM head reads.)
+
 What EAGLE has and this leaves out: tree drafting (EAGLE-1 verifies a static tree of candidates; EAGLE-2's
-dynamic tree grows it by the draft's confidence), EAGLE-3's fusion of low, middle and high target layers as input
-and its training-time test (training on the drafter's own multi-step predictions, so later steps are trained as
-they are used), feature noise during training, and self-distilled training data.
+dynamic tree grows it by the draft's confidence), feature noise during training, and self-distilled training data.
 """
 
 from pathlib import Path
@@ -36,7 +43,7 @@ from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRMS
 
 from ..core.errors import ConfigError
 from ..core.caches import crop_cache, new_cache
-from ..core.forward import run_layers
+from ..core.forward import LAST_HIDDEN, num_layers, run_layers
 from ..core.paths import data_dir
 from ..core.drafting import Context, Draft, Drafter, TargetOutput
 from ..core.sampling import SamplingConfig, draw
@@ -46,12 +53,15 @@ KIND = "eagle"
 WHAT = "EAGLE weights"
 
 
-def eagle_architecture(target: PreTrainedModel, intermediate_size: int | None = None) -> dict:
+def eagle_architecture(target: PreTrainedModel, intermediate_size: int | None = None,
+                       feature_layers: tuple[int, ...] = LAST_HIDDEN) -> dict:
     """The decoder layer's config for ``target``: its width, heads, RoPE and context; the MLP width is
-    ``intermediate_size`` (default: the target's)."""
+    ``intermediate_size`` (default: the target's); ``feature_layers``: the target's hidden states it reads
+    (`EagleModule`)."""
     config = target.config
     heads = config.num_attention_heads
     return {
+        "feature_layers": list(feature_layers),
         "hidden_size": config.hidden_size,
         "intermediate_size": intermediate_size or config.intermediate_size,
         "num_attention_heads": heads,
@@ -61,6 +71,20 @@ def eagle_architecture(target: PreTrainedModel, intermediate_size: int | None = 
         "rms_norm_eps": config.rms_norm_eps,
         "rope_parameters": dict(config.rope_parameters),
     }
+
+
+def check_feature_layers(layers, target: PreTrainedModel) -> tuple[int, ...]:
+    """``layers`` as a tuple of the target's hidden-state indices (0: the embeddings, i: after layer i, -1: after
+    the final norm), refused unless they are distinct, increasing and end with -1: the last layer's normed state is
+    also what the layer learns to predict."""
+    count = num_layers(target)
+    layers = tuple(layers)
+    inner = layers[:-1]
+    if (not layers or layers[-1] != -1 or any(not isinstance(i, int) or not 0 <= i < count for i in inner)
+            or list(inner) != sorted(set(inner))):
+        raise ConfigError(f"feature_layers must be increasing hidden-state indices in [0, {count}) followed by -1 "
+                          f"(the last layer, normed), e.g. (4, 12, -1); got {list(layers)}.")
+    return layers
 
 
 class EagleModule(nn.Module):
@@ -74,13 +98,22 @@ class EagleModule(nn.Module):
 
     def __init__(self, architecture: dict, target: PreTrainedModel) -> None:
         super().__init__()
+        layer_config = {key: value for key, value in architecture.items() if key != "feature_layers"}
+        self.feature_layers = check_feature_layers(architecture.get("feature_layers", LAST_HIDDEN), target)
         self.config = LlamaConfig(num_hidden_layers=1, vocab_size=target.get_output_embeddings().out_features,
-                                  **architecture)
+                                  **layer_config)
         self.config._attn_implementation = "sdpa"
         width = self.config.hidden_size
         if width != target.config.hidden_size:
             raise ConfigError(f"An EAGLE layer of width {width} cannot read a target of width {target.config.hidden_size}.")
         self.architecture = dict(architecture)
+        fused = len(self.feature_layers) * width  # EAGLE-3: a low, a middle and the last hidden state side by side
+        self.fuse = None
+        if len(self.feature_layers) > 1:  # starts as the last layer's feature alone: EAGLE-1's input, then learns
+            self.fuse = nn.Linear(fused, width, bias=False)
+            with torch.no_grad():
+                self.fuse.weight.zero_()
+                self.fuse.weight[:, -width:].copy_(torch.eye(width))
         self.fc = nn.Linear(2 * width, width)
         self.layers = nn.ModuleList([LlamaDecoderLayer(self.config, layer_idx=0)])
         self.norm = LlamaRMSNorm(width, eps=self.config.rms_norm_eps)
@@ -112,6 +145,12 @@ class EagleModule(nn.Module):
         embedded = self.embed_tokens(next_ids).to(features.dtype)
         fused = self.fc(torch.cat([embedded, features], dim=-1))  # [B, T, D]
         return self.norm(run_layers(self, fused, cache, 0, 1, positions=positions, allowed=allowed))
+
+    def fuse_features(self, states: torch.Tensor) -> torch.Tensor:
+        """The target's hidden states ``[..., H * D]`` (its ``feature_layers``, side by side) as the one feature
+        ``[..., D]`` a true pair carries: the last layer's itself (H = 1), or their learned fusion (EAGLE-3). Drafted
+        pairs carry the layer's own predicted feature instead."""
+        return states if self.fuse is None else self.fuse(states)
 
     def logits(self, features: torch.Tensor) -> torch.Tensor:
         """float32 next-token logits ``[..., V]`` of features ``[..., D]`` through the target's LM head."""
@@ -156,8 +195,14 @@ class EagleDrafter(Drafter):
         self.cache = new_cache(self.module, self.cache_kind, max_len=max_length)
         self._pending, self._observed, self._fed = [], 0, 0
 
+    @property
+    def hidden_layers(self) -> tuple[int, ...]:  # type: ignore[override]
+        """The target's hidden states the layer reads (`EagleModule.feature_layers`)."""
+        return self.module.feature_layers
+
     def observe_target(self, output: TargetOutput) -> None:
-        """Queue the true features ``output.hidden: [n, D]`` of the next n positions (fed at the next `propose`)."""
+        """Queue the target's hidden states ``output.hidden: [n, H * D]`` of the next n positions (fed at the next
+        `propose`)."""
         self._pending.append(output.hidden)
         self._observed += output.hidden.shape[0]
 
@@ -176,7 +221,8 @@ class EagleDrafter(Drafter):
             return Draft.empty(1, self.device)
         dtype = self.module.fc.weight.dtype
         # 0-based: the new true pairs (h_i, x_{i+1}) for i = fed .. L-2; the output at position L-2 is h^_{L-1}
-        features = torch.cat(self._pending).to(device=self.device, dtype=dtype)[None]  # [1, P, D]: h_fed .. h_{L-2}
+        states = torch.cat(self._pending).to(device=self.device, dtype=dtype)[None]  # [1, P, H * D]
+        features = self.module.fuse_features(states)  # [1, P, D]: the features of positions fed .. L-2
         next_ids = sequence[:, self._fed + 1 : length].to(self.device)  # [1, P]: x_{fed+1} .. x_{L-1}
         self._pending = []
         predicted = self.module(features, next_ids, self.cache)[0, -1]  # [D]: h^_{L-1}, whose LM head gives d_1

@@ -24,11 +24,20 @@ LOADER = {"medusa-heads": ("load_heads", "HeadsDrafter"), "eagle": ("load_eagle"
 LEFT_OUT = {
     "medusa-heads": "Tree attention over the top candidates of every head (much of Medusa's speed), Medusa-2's joint "
                     "fine-tuning of the target, and training on the target's own generations (self-distillation).",
-    "eagle": "Tree drafting (EAGLE-1's static tree, EAGLE-2's dynamic tree grown by the draft's confidence), EAGLE-3's "
-             "fusion of low, middle and high target layers{test}, feature noise during training, and self-distilled "
-             "training data.",
+    "eagle": "Tree drafting (EAGLE-1's static tree, EAGLE-2's dynamic tree grown by the draft's confidence), {eagle3}"
+             "feature noise during training, and self-distilled training data.",
 }
-TEST_LEFT_OUT = " and its training-time test (training on its own multi-step predictions)"
+EAGLE3_PARTS = ("fusion of low, middle and high target layers",
+                "training-time test (training on its own multi-step predictions)")
+
+
+def _eagle3_left_out(architecture: dict, report: dict) -> str:
+    """The EAGLE-3 parts this layer was built without, as the start of its 'left out' sentence."""
+    fused, tested = len(architecture.get("feature_layers", [-1])) > 1, _test_steps(report) > 1
+    parts = [part for part, used in zip(EAGLE3_PARTS, (fused, tested)) if not used]
+    if not parts:
+        return ""
+    return "EAGLE-3's " + (parts[0] if len(parts) == 1 else f"{parts[0]} and its {parts[1]}") + ", "
 
 
 def _test_steps(report: dict) -> int:
@@ -42,8 +51,11 @@ def _architecture_rows(kind: str, architecture: dict, report: dict) -> list[tupl
                 ("block", f"{architecture['block']}, width {architecture['hidden_size']}, W initialised at zero "
                           "(each head starts as the LM head)")]
     else:
-        rows = [("input", f"fc: [{2 * architecture['hidden_size']}] → [{architecture['hidden_size']}] "
-                          "(token embedding ‖ feature)"),
+        width, layers = architecture["hidden_size"], architecture.get("feature_layers", [-1])
+        rows = [("fusion", f"the target's hidden states after layers {', '.join(map(str, layers[:-1]))} and its "
+                           f"last layer (normed): [{len(layers) * width}] → [{width}] by one linear map (EAGLE-3)")
+                ] if len(layers) > 1 else []
+        rows += [("input", f"fc: [{2 * width}] → [{width}] (token embedding ‖ feature)"),
                 ("layer", f"1 LlamaDecoderLayer: {architecture['num_attention_heads']} heads × "
                           f"{architecture['head_dim']}, MLP {architecture['intermediate_size']}, RoPE, "
                           f"context {architecture['max_position_embeddings']}"),
@@ -174,7 +186,7 @@ def render_head_card(folder: Path) -> str:
         "",
         "## What this leaves out",
         "",
-        LEFT_OUT[kind].format(test="" if kind != "eagle" or _test_steps(report) > 1 else TEST_LEFT_OUT),
+        LEFT_OUT[kind].format(eagle3=_eagle3_left_out(config["architecture"], report) if kind == "eagle" else ""),
         "",
         "## Reproduce",
         "",

@@ -35,7 +35,9 @@ import torch.nn.functional as F
 from transformers import PreTrainedModel
 
 from ..core.devices import torch_threads
+from ..core.errors import ConfigError
 from ..core.validation import check_count
+from ..core.forward import LAST_HIDDEN
 from ..drafters.eagle import EagleDrafter, EagleModule, eagle_architecture
 from ..drafters.eagle import KIND as EAGLE_KIND
 from ..drafters.frozen_target import WEIGHTS_FILE, save_drafter, target_fingerprint
@@ -75,6 +77,8 @@ class HeadsSpec:
     eagle_cls_weight: float = 0.1  # EAGLE-1's weight of the classification loss
     eagle_test_steps: int = 1  # draft steps unrolled in training (training-time test; 1: EAGLE-1's loss alone)
     eagle_step_decay: float = 0.8  # step j's loss weight eagle_step_decay ** (j - 1)
+    eagle_feature_layers: tuple[int, ...] = LAST_HIDDEN  # the target's hidden states the EAGLE layer reads (EAGLE-3: a
+    # low, a middle and the last); the heads read the last one
     kinds: tuple[str, ...] = ("medusa-heads", "eagle")  # which drafters to train
     eval_steps: int = 4  # EAGLE drafting steps measured at each validation position
     max_files: int | None = None
@@ -90,17 +94,22 @@ QUICK = HeadsSpec(num_heads=3, eagle_intermediate=64, train_windows=6, window=32
                   acceptance_prompts=2, new_tokens=8, eagle_gammas=(3,), max_files=12, threads=1)
 
 
-def target_features(target: PreTrainedModel, windows: torch.Tensor, batch: int = 8) -> torch.Tensor:
-    """The target's post-norm hidden states ``[W, T, D]`` (float32) at the first T tokens of
-    ``windows: LongTensor[W, T + 1]`` (the decoder's output is the LM head's input), ``batch`` windows a forward.
+def target_features(target: PreTrainedModel, windows: torch.Tensor, batch: int = 8,
+                    layers: tuple[int, ...] = LAST_HIDDEN) -> torch.Tensor:
+    """The target's hidden states ``[W, T, H * D]`` (float32) at the first T tokens of ``windows: LongTensor[W, T +
+    1]``, those of the H ``layers`` side by side (`run_model`'s indices; default: the post-norm last layer, the LM
+    head's input), ``batch`` windows a forward.
 
     Computed under ``inference_mode`` (no graph through the target), returned as an ordinary tensor that the
     small modules' training graphs may save."""
     decoder, inputs = target.get_decoder(), windows[:, :-1]
+    blocks = []
     with torch.inference_mode():
-        features = torch.cat([decoder(input_ids=inputs[i : i + batch], use_cache=False).last_hidden_state.float()
-                              for i in range(0, inputs.shape[0], batch)])
-    return features.clone()
+        for i in range(0, inputs.shape[0], batch):
+            output = decoder(input_ids=inputs[i : i + batch], use_cache=False, output_hidden_states=layers != LAST_HIDDEN)
+            states = [output.last_hidden_state] if layers == LAST_HIDDEN else [output.hidden_states[j] for j in layers]
+            blocks.append(torch.cat(states, dim=-1).float())
+    return torch.cat(blocks).clone()
 
 
 def spread_windows(tokens: torch.Tensor, count: int, length: int) -> torch.Tensor:
@@ -168,14 +177,15 @@ def unrolled_predictions(module: EagleModule, features: torch.Tensor, next_ids: 
                          steps: int) -> list[torch.Tensor]:
     """Training-time test: the features ``[B, n, D]`` that ``module`` predicts at draft steps 1 .. ``steps``.
 
-    ``features: [B, n, D]`` are the true h_0 .. h_{n-1}, ``next_ids: LongTensor[B, n]`` the true x_1 .. x_n. Step 1
+    ``features: [B, n, H * D]`` are the target's hidden states at positions 0 .. n-1 (fused into the true features
+    h_0 .. h_{n-1} by `EagleModule.fuse_features`), ``next_ids: LongTensor[B, n]`` the true x_1 .. x_n. Step 1
     reads the true pairs (h_i, x_{i+1}) causally: its output at i is h^_{i+1}. Step j reads step j - 1's
     prediction of h_i (its output at i - 1) with x_{i+1}, at position i, attending as `draft_step_attention` says: its
     output at i is what the drafter predicts for h_{i+1} as the j-th draft of a chain that began at the true pair
     i - j + 1. One forward per step over all n positions, each step's keys and values cached for the next."""
     cache, length = new_cache(module), features.shape[1]
     positions = torch.arange(length, device=features.device)[None]
-    inputs, predictions = features, []
+    inputs, predictions = module.fuse_features(features), []
     for step in range(1, steps + 1):
         later = step > 1  # step 1 runs causally after an empty cache: run_layers' defaults
         predicted = module(inputs, next_ids, cache, positions=positions if later else None,
@@ -187,7 +197,8 @@ def unrolled_predictions(module: EagleModule, features: torch.Tensor, next_ids: 
 
 def eagle_loss(module: EagleModule, features: torch.Tensor, tokens: torch.Tensor, cls_weight: float,
                steps: int = 1, decay: float = 0.8) -> tuple[torch.Tensor, dict]:
-    """EAGLE's loss on ``features: [B, T, D]`` and ``tokens: [B, T + 1]``, over ``steps`` draft steps.
+    """EAGLE's loss on ``features: [B, T, H * D]`` (the target's hidden states of the module's feature layers, the
+    last one the post-norm h) and ``tokens: [B, T + 1]``, over ``steps`` draft steps.
 
     Step 1 (EAGLE-1): predict h_{t+1} from the true pair (h_t, x_{t+1}) for t = 0 .. T-2; smooth L1 on the features
     + ``cls_weight`` x CE(target's p_{t+2} || LM head on h^_{t+1}). Training-time test (EAGLE-3), steps 2 ..
@@ -195,7 +206,7 @@ def eagle_loss(module: EagleModule, features: torch.Tensor, tokens: torch.Tensor
     on the positions whose chain began at a true pair (i >= j - 1), weighted ``decay ** (j - 1)``; gradients flow
     through the unrolled steps. Parts: step 1's regression, cross-entropy and top-1 agreement with the target, and
     the top-1 of every later step."""
-    truth = features[:, 1:]  # [B, n, D]: h_1 .. h_{T-1}, n = T - 1
+    truth = features[:, 1:, -module.config.hidden_size :]  # [B, n, D]: the last layer's h_1 .. h_{T-1}, n = T - 1
     with torch.no_grad():
         target_probs = torch.softmax(module.logits(truth), dim=-1)  # [B, n, V]
     total, parts = 0.0, {}
@@ -259,8 +270,10 @@ def _train_both(spec: HeadsSpec, out_dir: Path, target_folder: Path) -> dict[str
 
     windows = sample_windows(train_tokens, spec.train_windows, spec.window + 1, torch.Generator().manual_seed(spec.seed))
     val = spread_windows(val_tokens, spec.val_windows, spec.window + 1)
-    features = target_features(target, windows)  # [W, T, D]
-    val_features = target_features(target, val)
+    layers = tuple(spec.eagle_feature_layers)
+    features = target_features(target, windows, layers=layers)  # [W, T, H * D]
+    val_features = target_features(target, val, layers=layers)
+    last = target.config.hidden_size  # the heads read the last layer's features: the last D columns
     feature_seconds = round(time.perf_counter() - started, 1)
     print(f"features: {windows.numel():,} training + {val.numel():,} validation tokens in {feature_seconds:.0f}s",
           flush=True)
@@ -285,12 +298,12 @@ def _train_both(spec: HeadsSpec, out_dir: Path, target_folder: Path) -> dict[str
         heads = MedusaHeads(spec.num_heads, target.config.hidden_size)
         log: list[dict] = []
         training = _train_loop(heads, spec.medusa_steps, spec, lambda i: medusa_loss(
-            heads, lm_head, features[i], windows[i], spec.head_decay), len(windows), "medusa", log)
+            heads, lm_head, features[i][..., -last:], windows[i], spec.head_decay), len(windows), "medusa", log)
         _round_to_fp16(heads)
         measure_start = time.perf_counter()
         drafter = HeadsDrafter(heads, target)
         reports[HEADS_KIND] = {**common, "kind": HEADS_KIND, "training": training, "log": log,
-                               "validation": medusa_accuracy(heads, lm_head, val_features, val),
+                               "validation": medusa_accuracy(heads, lm_head, val_features[..., -last:], val),
                                "acceptance": greedy_acceptance(target, drafter, prompts, (spec.num_heads,),
                                                                spec.new_tokens),
                                "measure_seconds": round(time.perf_counter() - measure_start, 1)}
@@ -298,7 +311,7 @@ def _train_both(spec: HeadsSpec, out_dir: Path, target_folder: Path) -> dict[str
 
     if EAGLE_KIND in spec.kinds:
         torch.manual_seed(spec.seed + 1)
-        architecture = eagle_architecture(target, spec.eagle_intermediate)
+        architecture = eagle_architecture(target, spec.eagle_intermediate, layers)
         module = EagleModule(architecture, target)
         with torch.no_grad():  # start in the target's feature scale
             module.norm.weight.copy_(target.get_decoder().norm.weight)
@@ -320,6 +333,15 @@ def _train_both(spec: HeadsSpec, out_dir: Path, target_folder: Path) -> dict[str
     return reports
 
 
+def parse_layers(text: str) -> tuple[int, ...]:
+    """``"4,12,-1"`` -> ``(4, 12, -1)``; a clear error for anything else (the layer indices are checked against the
+    target when the EAGLE layer is built)."""
+    try:
+        return tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise ConfigError(f"--eagle-feature-layers takes comma-separated integers such as 4,12,-1, got {text!r}.") from None
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m specdec_lib train heads", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -332,6 +354,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="torch threads (default: the spec's, 2 for the full run like the family's, 1 for --quick)")
     parser.add_argument("--only", choices=(HEADS_KIND, EAGLE_KIND), default=None,
                         help="train one of the two drafters (default: both)")
+    parser.add_argument("--eagle-feature-layers", default=None, metavar="I,J,-1",
+                        help="the target's hidden states the EAGLE layer reads, e.g. 4,12,-1 (EAGLE-3's fusion of a "
+                             "low, a middle and the last layer; default: the spec's, -1 alone)")
     parser.add_argument("--eagle-test-steps", type=int, default=None, metavar="K",
                         help="EAGLE draft steps unrolled in training (training-time test; default: the spec's, 1)")
     args = parser.parse_args(argv)
@@ -340,6 +365,8 @@ def main(argv: list[str] | None = None) -> None:
         spec = replace(spec, threads=args.threads)
     if args.only is not None:
         spec = replace(spec, kinds=(args.only,))
+    if args.eagle_feature_layers is not None:
+        spec = replace(spec, eagle_feature_layers=parse_layers(args.eagle_feature_layers))
     if args.eagle_test_steps is not None:
         check_count("--eagle-test-steps", args.eagle_test_steps, minimum=1,
                     hint="1 trains EAGLE-1's one-step loss; 2 to 4 unroll that many draft steps.")
