@@ -203,9 +203,9 @@ class TargetOutput:
 
     ``logits: [T, V]``: the forward's rows (the prefill keeps only its last position); ``hidden: [n, H * D] |
     None``: the hidden states of the drafter's H ``hidden_layers`` (default: the last layer's, normed) at the n
-    inputs whose outputs were kept (every prompt position after the
-    prefill; after a round that kept ``a`` drafts, the last committed token and those ``a``), None unless the
-    drafter ``wants_target_hidden``; ``accepted``: the drafts the target accepted (0 for the prefill)."""
+    inputs whose outputs were kept (every prompt position after the prefill; after a round that kept ``a`` drafts,
+    the last committed token and those ``a``), None unless the drafter ``wants_target_hidden``; ``accepted``: the
+    drafts the target accepted (0 for the prefill)."""
 
     logits: torch.Tensor
     hidden: torch.Tensor | None

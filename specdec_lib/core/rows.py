@@ -112,9 +112,9 @@ class CachedRows:
                 hidden: Sequence[int] | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Append ``input_ids: LongTensor[B, T]`` and return float32 logits ``[B, T_keep, V]`` of the last
         ``logits_to_keep`` columns (all T when None) and, with ``hidden``, the hidden states `run_model` reads
-        (``[B, T, len(hidden) * D]``, else None). ``valid: BoolTensor[B, T]``: the real tokens (None: all of them). ``tree=(parents,
-        first)`` (one row): the inputs are tree positions ``first .. N`` of a token tree (`specdec_lib.core.trees`),
-        with the tree's positions and attention mask instead of the causal ones."""
+        (``[B, T, len(hidden) * D]``, else None). ``valid: BoolTensor[B, T]``: the real tokens (None: all of them).
+        ``tree=(parents, first)`` (one row): the inputs are tree positions ``first .. N`` of a token tree
+        (`specdec_lib.core.trees`), with the tree's positions and attention mask instead of the causal ones."""
         batch, width = input_ids.shape
         past = self.slots
         if self.cache is None:  # no cache: read everything again, keep the logits of the new positions
