@@ -12,6 +12,8 @@ import importlib
 import sys
 from typing import Sequence
 
+from .core.errors import SpecdecError
+
 # name -> (module with main(argv) -> int, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "course": ("specdec_lib.teaching.learner_copy", "copy the course into a folder of your own and open it in JupyterLab"),
@@ -45,5 +47,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     return int(module.main(args.args) or 0)
 
 
+def run_command_line() -> int:
+    """`main` for a person at a shell: a refused input (`SpecdecError`) is one line on stderr, exit status 2, not a
+    traceback (the message says what was wrong and how to fix it)."""
+    try:
+        return main()
+    except SpecdecError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_command_line())

@@ -12,6 +12,7 @@ steps exactly as it drafts them (training-time test).
 """
 
 import json
+import sys
 
 import pytest
 import torch
@@ -100,3 +101,12 @@ def test_training_the_eagle_layer_alone_with_test_steps(tmp_path):
     assert "training-time test (EAGLE-3): steps 2 .. 2" in card and "and its training-time test" not in card
     with pytest.raises(ConfigError, match="--eagle-test-steps"):
         train_main(["heads", "--quick", "--eagle-test-steps", "0", "--out", str(tmp_path)])
+
+
+def test_a_refused_option_is_one_line_at_the_shell(monkeypatch, capsys):
+    from specdec_lib.__main__ import run_command_line
+
+    monkeypatch.setattr(sys, "argv", ["specdec_lib", "train", "heads", "--quick", "--eagle-test-steps", "0"])
+    assert run_command_line() == 2
+    error = capsys.readouterr().err
+    assert error.startswith("error: --eagle-test-steps must be an integer >= 1") and error.count("\n") == 1

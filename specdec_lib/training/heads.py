@@ -38,7 +38,7 @@ from ..core.devices import torch_threads
 from ..core.errors import ConfigError
 from ..core.validation import check_count
 from ..core.forward import LAST_HIDDEN
-from ..drafters.eagle import EagleDrafter, EagleModule, eagle_architecture
+from ..drafters.eagle import EagleDrafter, EagleModule, check_feature_layers, eagle_architecture
 from ..drafters.eagle import KIND as EAGLE_KIND
 from ..drafters.frozen_target import WEIGHTS_FILE, save_drafter, target_fingerprint
 from ..drafters.heads import KIND as HEADS_KIND
@@ -270,7 +270,7 @@ def _train_both(spec: HeadsSpec, out_dir: Path, target_folder: Path) -> dict[str
 
     windows = sample_windows(train_tokens, spec.train_windows, spec.window + 1, torch.Generator().manual_seed(spec.seed))
     val = spread_windows(val_tokens, spec.val_windows, spec.window + 1)
-    layers = tuple(spec.eagle_feature_layers)
+    layers = check_feature_layers(spec.eagle_feature_layers, target)  # before any training: they end with -1
     features = target_features(target, windows, layers=layers)  # [W, T, H * D]
     val_features = target_features(target, val, layers=layers)
     last = target.config.hidden_size  # the heads read the last layer's features: the last D columns
