@@ -29,6 +29,12 @@ from .validation import check_input_ids, context_length
 LAST_HIDDEN = (-1,)  # the last layer's output after the final norm: what Medusa heads and EAGLE-1 read
 
 
+def select_hidden(states: Sequence[torch.Tensor], layers: Sequence[int]) -> torch.Tensor:
+    """transformers' ``hidden_states`` (``[B, T, D]`` each; 0: the embeddings, i: after layer i, -1: after the
+    final norm) at ``layers``, side by side: ``[B, T, len(layers) * D]``."""
+    return states[layers[0]] if len(layers) == 1 else torch.cat([states[i] for i in layers], dim=-1)
+
+
 @dataclass(frozen=True)
 class _ForwardKeywords:
     """How a model class's ``forward`` wants to be called (read once per class from its signature)."""
@@ -99,10 +105,7 @@ def run_model(
     logits = output.logits
     if logits_to_keep is not None and not keywords.logits_to_keep:  # the model computed every position's logits
         logits = logits[:, -logits_to_keep:]
-    if not hidden:
-        return logits.float(), None
-    states = output.hidden_states
-    return logits.float(), states[hidden[0]] if len(hidden) == 1 else torch.cat([states[i] for i in hidden], dim=-1)
+    return logits.float(), select_hidden(output.hidden_states, hidden) if hidden else None
 
 
 def forward_with_cache(
@@ -216,7 +219,7 @@ def run_layers(model: PreTrainedModel, hidden: torch.Tensor, cache: Cache, start
             f"{context_length(model)}. Shorten the prompt or generate fewer tokens."
         )
     if allowed is None and new_tokens > 1:  # causal over the new block: no key in a query's future
-        allowed = ~torch.ones(new_tokens, past + new_tokens, dtype=torch.bool, device=hidden.device).triu(past + 1)
+        allowed = torch.ones(new_tokens, past + new_tokens, dtype=torch.bool, device=hidden.device).tril(past)
     mask = None  # one new token attends to every cached one: no mask needed
     if allowed is not None:  # additive [1, 1, T, S + T]: the dtype's minimum where a key is not allowed
         mask = torch.zeros(allowed.shape, dtype=hidden.dtype, device=hidden.device)

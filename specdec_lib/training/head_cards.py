@@ -31,9 +31,14 @@ EAGLE3_PARTS = ("fusion of low, middle and high target layers",
                 "training-time test (training on its own multi-step predictions)")
 
 
+def _feature_layers(architecture: dict) -> list[int]:
+    """The target's hidden states the EAGLE layer reads (layers saved before the option read the last one)."""
+    return architecture.get("feature_layers", [-1])
+
+
 def _eagle3_left_out(architecture: dict, report: dict) -> str:
     """The EAGLE-3 parts this layer was built without, as the start of its 'left out' sentence."""
-    fused, tested = len(architecture.get("feature_layers", [-1])) > 1, _test_steps(report) > 1
+    fused, tested = len(_feature_layers(architecture)) > 1, _test_steps(report) > 1
     parts = [part for part, used in zip(EAGLE3_PARTS, (fused, tested)) if not used]
     if not parts:
         return ""
@@ -51,7 +56,7 @@ def _architecture_rows(kind: str, architecture: dict, report: dict) -> list[tupl
                 ("block", f"{architecture['block']}, width {architecture['hidden_size']}, W initialised at zero "
                           "(each head starts as the LM head)")]
     else:
-        width, layers = architecture["hidden_size"], architecture.get("feature_layers", [-1])
+        width, layers = architecture["hidden_size"], _feature_layers(architecture)
         rows = [("fusion", f"the target's hidden states after layers {', '.join(map(str, layers[:-1]))} and its "
                            f"last layer (normed): [{len(layers) * width}] → [{width}] by one linear map (EAGLE-3)")
                 ] if len(layers) > 1 else []

@@ -37,7 +37,7 @@ from transformers import PreTrainedModel
 from ..core.devices import torch_threads
 from ..core.errors import ConfigError
 from ..core.validation import check_count
-from ..core.forward import LAST_HIDDEN
+from ..core.forward import LAST_HIDDEN, select_hidden
 from ..drafters.eagle import EagleDrafter, EagleModule, check_feature_layers, eagle_architecture
 from ..drafters.eagle import KIND as EAGLE_KIND
 from ..drafters.frozen_target import WEIGHTS_FILE, save_drafter, target_fingerprint
@@ -106,9 +106,8 @@ def target_features(target: PreTrainedModel, windows: torch.Tensor, batch: int =
     blocks = []
     with torch.inference_mode():
         for i in range(0, inputs.shape[0], batch):
-            output = decoder(input_ids=inputs[i : i + batch], use_cache=False, output_hidden_states=layers != LAST_HIDDEN)
-            states = [output.last_hidden_state] if layers == LAST_HIDDEN else [output.hidden_states[j] for j in layers]
-            blocks.append(torch.cat(states, dim=-1).float())
+            output = decoder(input_ids=inputs[i : i + batch], use_cache=False, output_hidden_states=True)
+            blocks.append(select_hidden(output.hidden_states, layers).float())
     return torch.cat(blocks).clone()
 
 
