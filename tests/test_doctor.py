@@ -60,7 +60,7 @@ def test_default_checks_cover_everything_the_brief_names():
     checks = doctor.default_checks()
     assert checks[:5] == [doctor.check_python, doctor.check_torch, doctor.check_transformers,
                           doctor.check_course_tools, doctor.check_device]
-    names = ("target", "draft", "draft_b", "heads", "eagle")  # every model in data/models/
+    names = ("target", "draft", "draft_b", "heads", "eagle", "eagle3")  # every model in data/models/
     assert [c.__name__ for c in checks[5:]] == [f"check_model_{n}" for n in names]
 
 

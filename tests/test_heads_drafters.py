@@ -24,11 +24,13 @@ from helpers import (
     PROMPT,
     SETTINGS,
     SIGNIFICANCE,
+    TINY_CONTEXT,
     UntemperedQ,
     build_tiny_model,
     categories_for,
     detectable_tv,
     exact_joint,
+    greedy_tokens,
     rejection_power,
     sharpen,
     speculative_samples,
@@ -37,7 +39,7 @@ from specdec_lib.core.drafting import Context
 from specdec_lib import (EagleDrafter, HeadsDrafter, autoregressive_generate, load_eagle, load_heads, load_prompts,
                          speculative_generate)
 from specdec_lib.drafters import EagleModule, MedusaHeads
-from specdec_lib.drafters.eagle import default_eagle_folder, eagle_architecture
+from specdec_lib.drafters.eagle import default_eagle_folder, eagle3_folder, eagle_architecture
 from specdec_lib.drafters.frozen_target import target_fingerprint
 from specdec_lib.drafters.heads import default_heads_folder
 from specdec_lib.core.errors import ConfigError, ModelNotFoundError
@@ -249,21 +251,39 @@ def test_the_same_test_catches_an_untempered_q(oracles, kind):
 # ---------------------------------------------------------------- the shipped target, heads and EAGLE layer
 
 
+def test_a_drafter_fills_the_context_of_the_target(tiny_target, tiny_modules):
+    """Every kind, trained, at gamma 1, 3 and 6, asked for the tokens that fill the target's context to its last
+    position: near the end a round drafts fewer tokens, and the EAGLE layer's own positions end there too."""
+    new_tokens = 20
+    prompt = torch.arange(2, 2 + TINY_CONTEXT - new_tokens).remainder(60).add(2).view(1, -1)
+    expected = greedy_tokens(tiny_target, prompt, new_tokens)
+    for kind in KINDS:
+        for gamma in (1, 3, 6):
+            drafter = make_drafter(kind, tiny_modules[kind]["trained"], tiny_target)
+            result = speculative_generate(tiny_target, drafter, prompt, gamma=gamma, max_new_tokens=new_tokens,
+                                          eos_token_id=None)
+            assert result.new_token_list == expected, (kind, gamma)
+            assert result.sequence.shape[1] == TINY_CONTEXT
+
+
 @pytest.fixture(scope="module")
 def shipped(embedded_pair):
-    """The session's embedded target and tokenizer, and the shipped heads and EAGLE layer loaded for it."""
+    """The session's embedded target and tokenizer, and the shipped heads, EAGLE layer and EAGLE-3-style layer
+    loaded for it."""
     target = embedded_pair.target
-    return target, embedded_pair.target_tokenizer, {"heads": load_heads(target), "eagle": load_eagle(target)}
+    return target, embedded_pair.target_tokenizer, {"heads": load_heads(target), "eagle": load_eagle(target),
+                                                    "eagle3": load_eagle(target, eagle3_folder())}
 
 
 def test_shipped_drafters_load_and_are_token_identical(shipped, encoded_prompts):
     """What the tiny tests cannot show: the shipped weights load for the shipped target and draft tokens it keeps.
-    One code prompt, 12 tokens, heads at gamma 3 (all their heads) and EAGLE at 4; the slow test below runs two
-    prompts of each set, every gamma and 24 tokens."""
+    One code prompt, 12 tokens, heads at gamma 3 (all their heads), EAGLE at 4 and the EAGLE-3-style layer at 6;
+    the slow tests below run two prompts of each set, every gamma and 24 tokens, and gamma 1, 3 and 6 to the
+    context end."""
     target, _, drafters = shipped
     ids = encoded_prompts["code"][0][1]
     expected = autoregressive_generate(target, ids, max_new_tokens=12).new_token_list
-    for kind, gamma in (("heads", 3), ("eagle", 4)):
+    for kind, gamma in (("heads", 3), ("eagle", 4), ("eagle3", 6)):
         result = speculative_generate(target, drafters[kind], ids, gamma=gamma, max_new_tokens=12)
         assert result.new_token_list == expected, kind
         assert sum(r.accepted for r in result.trace.rounds) > 0, kind  # the trained drafter really predicts
@@ -283,7 +303,25 @@ def test_shipped_greedy_is_token_identical(shipped, encoded_prompts):
             assert result.new_token_list == expected, (prompt_id, kind, gamma)
 
 
-@pytest.mark.parametrize("folder", [default_heads_folder(), default_eagle_folder()], ids=["heads", "eagle"])
+@pytest.mark.slow
+def test_shipped_eagle_layers_fill_the_context(shipped, encoded_prompts):
+    """About 30 s on 2 cores: a code, a prose and a grounded prompt, each cut so that 24 new tokens reach the
+    target's last position, the two EAGLE layers at gamma 1, 3 and 6."""
+    target, _, drafters = shipped
+    context, new_tokens = target.config.max_position_embeddings, 24
+    for task in TASKS:
+        _, ids = encoded_prompts[task][0]
+        ids = torch.cat([ids] * (context // ids.shape[1] + 1), dim=1)[:, : context - new_tokens]
+        expected = autoregressive_generate(target, ids, max_new_tokens=new_tokens, eos_token_id=None).new_token_list
+        for kind in ("eagle", "eagle3"):
+            for gamma in (1, 3, 6):
+                result = speculative_generate(target, drafters[kind], ids, gamma=gamma, max_new_tokens=new_tokens,
+                                              eos_token_id=None)
+                assert result.new_token_list == expected and result.sequence.shape[1] == context, (task, kind, gamma)
+
+
+@pytest.mark.parametrize("folder", [default_heads_folder(), default_eagle_folder(), eagle3_folder()],
+                         ids=["heads", "eagle", "eagle3"])
 def test_shipped_files_are_small_and_their_cards_are_rendered(shipped, folder):
     target = shipped[0]
     config = json.loads((folder / "config.json").read_text())
@@ -291,7 +329,7 @@ def test_shipped_files_are_small_and_their_cards_are_rendered(shipped, folder):
     assert config["target"] == target_fingerprint(target)
     assert (folder / "model.safetensors").stat().st_size == report["weights_bytes"] < 2_000_000
     assert (folder / "README.md").read_text() == render_head_card(folder)
-    assert report["threads"] in (1, 2) and report["training"]["seconds"] + report["data"]["feature_seconds"] < 15 * 60
+    assert report["threads"] in (1, 2) and report["training"]["seconds"] + report["data"]["feature_seconds"] < 20 * 60
     assert all(0 < v <= 1 for v in report["validation"]["top1"])
     for numbers in report["acceptance"].values():
         assert numbers["prompts"] == len(load_prompts("code")) and 1 <= numbers["mean_acceptance_length"]

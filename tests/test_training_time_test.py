@@ -8,11 +8,16 @@ steps exactly as it drafts them (training-time test).
   (with the last layer's features, and with a fusion of two layers);
 - the feature layers must be increasing indices ending with the last layer (-1), within the target;
 - the one-step loss is EAGLE-1's, and later steps add their own terms;
-- ``train heads --only eagle --eagle-test-steps K`` trains only the EAGLE layer, with K steps, and its card says so.
+- ``train heads --only eagle --eagle-test-steps K`` trains only the EAGLE layer, with K steps, and its card says so;
+  the loss weights, the training length and the folder are options too, and the report records the command that
+  reproduces it;
+- ``python -m specdec_lib.training.eagle_ablation --quick`` trains the four variants (last layer or fused, one step
+  or several) alike, and the shipped ablation's JSON holds those four, differing in nothing else.
 """
 
 import json
 import sys
+from dataclasses import asdict, replace
 
 import pytest
 import torch
@@ -23,7 +28,8 @@ from specdec_lib.drafters import EagleModule
 from specdec_lib.drafters.eagle import eagle_architecture
 from specdec_lib.training.cli import main as train_main
 from specdec_lib.training.head_cards import render_head_card
-from specdec_lib.training.heads import eagle_loss, target_features, draft_step_attention, unrolled_predictions
+from specdec_lib.training.heads import (HeadsSpec, draft_step_attention, eagle_loss, reproduce_command, target_features,
+                                       unrolled_predictions)
 
 STEPS = 3
 
@@ -87,6 +93,8 @@ def test_the_one_step_loss_is_eagle1s_and_later_steps_add_their_own(layer_and_da
     assert {k: more_parts[k] for k in one_parts} == pytest.approx(one_parts, rel=1e-5)
     assert set(more_parts) - set(one_parts) == {"top1_step2", "top1_step3"}
     assert float(more) > float(one)
+    cross_entropy_only, parts = eagle_loss(module, features, windows, cls_weight=1.0, regression_weight=0.0)
+    assert float(cross_entropy_only) == pytest.approx(parts["cls"], rel=1e-5)  # EAGLE-3 drops the regression
 
 
 def test_training_the_eagle_layer_alone_with_test_steps(tmp_path):
@@ -101,6 +109,64 @@ def test_training_the_eagle_layer_alone_with_test_steps(tmp_path):
     assert "training-time test (EAGLE-3): steps 2 .. 2" in card and "and its training-time test" not in card
     with pytest.raises(ConfigError, match="--eagle-test-steps"):
         train_main(["heads", "--quick", "--eagle-test-steps", "0", "--out", str(tmp_path)])
+
+
+def test_loss_weights_training_length_and_folder_are_options(tmp_path):
+    train_main(["heads", "--quick", "--only", "eagle", "--eagle-regression-weight", "0", "--eagle-cls-weight", "1",
+                "--eagle-steps", "2", "--train-windows", "4", "--eagle-name", "eagle3", "--out", str(tmp_path)])
+    folder = tmp_path / "eagle3"
+    report = json.loads((folder / "training_report.json").read_text())
+    spec = report["spec"]
+    assert (spec["eagle_regression_weight"], spec["eagle_cls_weight"]) == (0.0, 1.0)
+    assert report["training"]["steps"] == 2 and report["data"]["train_windows"] == 4
+    assert report["command"] == reproduce_command(HeadsSpec(**{**spec, "kinds": tuple(spec["kinds"]),
+                                                               "eagle_gammas": tuple(spec["eagle_gammas"]),
+                                                               "eagle_feature_layers": (-1,)}), "eagle3", quick=True)
+    assert report["command"] == ("python -m specdec_lib train heads --quick --only eagle --eagle-regression-weight 0.0 "
+                                 "--eagle-cls-weight 1.0 --eagle-steps 2 --train-windows 4 --eagle-name eagle3")
+    card = (folder / "README.md").read_text()
+    assert card == render_head_card(folder)
+    assert "no feature regression, as in EAGLE-3" in card and report["command"] in card
+    assert card.startswith("# EAGLE layer") and "(EAGLE-1 style)" in card  # neither fused nor unrolled
+    for option, value in (("--eagle-regression-weight", "-1"), ("--eagle-cls-weight", "nan"), ("--eagle-steps", "0"),
+                          ("--train-windows", "0")):
+        with pytest.raises(ConfigError, match=option):
+            train_main(["heads", "--quick", option, value, "--out", str(tmp_path)])
+
+
+def test_the_ablation_trains_four_variants_alike(tmp_path):
+    from specdec_lib.training import eagle_ablation
+
+    out = tmp_path / "ablation.json"
+    eagle_ablation.main(["--quick", "--out", str(out)])
+    result = json.loads(out.read_text())
+    assert_ablation_shape(result, eagle_ablation)
+    variants = eagle_ablation.variants(eagle_ablation.ABLATION_SPEC, eagle_ablation.FUSED_LAYERS, 3)
+    assert len({replace(spec, eagle_feature_layers=(-1,), eagle_test_steps=1) for spec in variants.values()}) == 1
+
+
+def assert_ablation_shape(result: dict, eagle_ablation) -> None:
+    """Four runs: {last layer, fused} x {1, K} steps, each measured at the ablation's gamma."""
+    runs = result["runs"]
+    assert len(runs) == 4
+    assert {(tuple(run["feature_layers"]), run["test_steps"]) for run in runs.values()} == {
+        (layers, steps) for layers in ((-1,), eagle_ablation.FUSED_LAYERS) for steps in (1, eagle_ablation.TEST_STEPS)}
+    for run in runs.values():
+        assert 0 <= run["alpha"] <= 1 and len(run["per_position_acceptance"]) == eagle_ablation.ABLATION_GAMMA
+        assert all(0 <= share <= 1 for share in run["per_position_acceptance"]) and run["train_seconds"] >= 0
+
+
+def test_the_shipped_ablation_differs_only_in_the_two_changes():
+    from specdec_lib.core.paths import data_dir
+    from specdec_lib.training import eagle_ablation
+
+    result = json.loads((data_dir() / "models" / eagle_ablation.ABLATION_FILE).read_text())
+    assert_ablation_shape(result, eagle_ablation)
+    assert all(run["train_seconds"] > 0 for run in result["runs"].values())
+    shared = {key: value for key, value in result["spec"].items()
+              if key not in ("eagle_feature_layers", "eagle_test_steps", "kinds")}
+    assert shared == {key: value for key, value in json.loads(json.dumps(asdict(eagle_ablation.ABLATION_SPEC))).items()
+                      if key in shared}
 
 
 def test_a_refused_option_is_one_line_at_the_shell(monkeypatch, capsys):

@@ -250,6 +250,13 @@ def default_eagle_folder() -> Path:
     return data_dir() / "models" / "eagle"
 
 
+def eagle3_folder() -> Path:
+    """``data/models/eagle3``: the EAGLE-3-style layer shipped for the embedded target (fused features, trained with
+    training-time test)."""
+    return data_dir() / "models" / "eagle3"
+
+
 def load_eagle(target: PreTrainedModel, folder: str | Path | None = None, cache_kind: str = "dynamic") -> EagleDrafter:
-    """`EagleDrafter.load` of ``folder`` (default: the shipped layer, trained for the embedded target)."""
+    """`EagleDrafter.load` of ``folder`` (default: the shipped layer, trained for the embedded target; the
+    EAGLE-3-style one is in `eagle3_folder`)."""
     return EagleDrafter.load(default_eagle_folder() if folder is None else folder, target, cache_kind)

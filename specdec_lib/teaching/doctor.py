@@ -20,7 +20,7 @@ import sys
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence, TextIO
 
-from ..core.paths import EMBEDDED_MODEL_NAMES
+from ..core.paths import EMBEDDED_MODEL_NAMES, data_dir
 
 # Keep in sync with pyproject.toml (tests/test_packaging.py checks it).
 MIN_PYTHON = (3, 10)
@@ -216,12 +216,12 @@ def _model_check(name: str, check_one: Callable[[str], CheckResult] = check_mode
     return check
 
 
-#: The drafters trained on the frozen embedded target (``data/models/<name>/``) and the function that loads each.
-TARGET_DRAFTERS = {"heads": "load_heads", "eagle": "load_eagle"}
+#: The drafters trained on the frozen embedded target (``data/models/<name>/``), each loaded from its folder.
+TARGET_DRAFTERS = {"heads": "load_heads", "eagle": "load_eagle", "eagle3": "load_eagle"}
 
 
 def check_target_drafter(name: str) -> CheckResult:
-    """One drafter trained for the embedded target (the Medusa heads, the EAGLE layer) loads against it: its files
+    """One drafter trained for the embedded target (the Medusa heads, the EAGLE layers) loads against it: its files
     are there and its recorded fingerprint matches the shipped target."""
     label = f"model {name}"
     try:
@@ -230,7 +230,7 @@ def check_target_drafter(name: str) -> CheckResult:
 
         loaded = load_embedded("target")
         target = loaded[0] if isinstance(loaded, tuple) else loaded
-        getattr(drafters, TARGET_DRAFTERS[name])(target)
+        getattr(drafters, TARGET_DRAFTERS[name])(target, data_dir() / "models" / name)
     except Exception as exc:
         return CheckResult(label, False, f"{_error(exc)} (the drafters ship in data/models/; "
                                          f"`python -m specdec_lib train` rebuilds them)")

@@ -15,8 +15,8 @@ ROLE = {
                     "state h_t (after its final norm) through a residual SiLU block, h + SiLU(W h + b), and then the "
                     "target's own LM head (shared, not copied) to a guess of x_{t+1+j}. Drafting runs no model: the "
                     "hidden state comes with the target's verification forward.",
-    "eagle": "One decoder layer on the *frozen* embedded target (EAGLE-1 style): fc(concat(embed(x_{t+1}), h_t)) → "
-             "a Llama decoder layer → RMSNorm predicts the target's next feature h_{t+1}, and the target's own LM "
+    "eagle": "One decoder layer on the *frozen* embedded target ({style} style): fc(concat(embed(x_{{t+1}}), h_t)) → "
+             "a Llama decoder layer → RMSNorm predicts the target's next feature h_{{t+1}}, and the target's own LM "
              "head turns it into a draft token. The embedding table and LM head are the target's (shared, not "
              "copied). At draft time it autoregresses on its own predicted features.",
 }
@@ -43,6 +43,20 @@ def _eagle3_left_out(architecture: dict, report: dict) -> str:
     if not parts:
         return ""
     return "EAGLE-3's " + (parts[0] if len(parts) == 1 else f"{parts[0]} and its {parts[1]}") + ", "
+
+
+def _reproduce_lines(report: dict) -> list[str]:
+    """The command that trained this folder (reports from before it was recorded: the default run's)."""
+    command = report.get("command", "python -m specdec_lib train heads")
+    if command != "python -m specdec_lib train heads":
+        return [command]
+    return [command + "            # trains the heads and the EAGLE layer into data/models/",
+            "python -m specdec_lib train heads --quick    # a few steps on a corpus slice (seconds), for tests"]
+
+
+def _eagle_style(architecture: dict, report: dict) -> str:
+    """'EAGLE-3' when the layer was built with either of EAGLE-3's changes, else 'EAGLE-1'."""
+    return "EAGLE-3" if len(_feature_layers(architecture)) > 1 or _test_steps(report) > 1 else "EAGLE-1"
 
 
 def _test_steps(report: dict) -> int:
@@ -105,12 +119,17 @@ def render_head_card(folder: Path) -> str:
                 "per-step top-1 of the greedy drafts along its own autoregression (each step on its own predicted "
                 "feature and token) against the corpus tokens")
     total = (data["feature_seconds"] + training["seconds"]) / 60
+    title, role = TITLE[kind], ROLE[kind]
+    if kind == "eagle":
+        style = _eagle_style(config["architecture"], report)
+        title, role = (f"{style}-style layer" if style == "EAGLE-3" else title), role.format(style=style)
+    where = "target" if folder.name in ("heads", "eagle") else f'target, "data/models/{folder.name}"'
     lines = [
-        f"# {TITLE[kind]} for the embedded target",
+        f"# {title} for the embedded target",
         "",
-        ROLE[kind],
+        role,
         "",
-        f"Load with `specdec_lib.{loader}(target)` (or `{drafter}.load(folder, target)`): it refuses any model but "
+        f"Load with `specdec_lib.{loader}({where})` (or `{drafter}.load(folder, target)`): it refuses any model but "
         f"the one it was trained for (fingerprint below), and `speculative_generate(target, drafter, ...)` feeds it "
         f"the target's hidden states.",
         "",
@@ -133,7 +152,9 @@ def render_head_card(folder: Path) -> str:
         f"tokens) went through the frozen target once (inference mode) to get its features; "
         f"{data['validation_windows']} validation windows spread over the held-out files serve the accuracies. "
         f"Loading the target, reading and tokenising the corpus and computing the features took "
-        f"{data['feature_seconds'] / 60:.1f} min, shared by the heads and the EAGLE layer (one pass serves both).",
+        f"{data['feature_seconds'] / 60:.1f} min, "
+        + ("shared by the heads and the EAGLE layer (one pass serves both)." if len(spec.get("kinds", [0, 0])) > 1
+           else "for this drafter alone (it was trained by itself)."),
         "",
         "## Training",
         "",
@@ -148,9 +169,14 @@ def render_head_card(folder: Path) -> str:
         lines.append(f"- loss: cross-entropy per head, head j weighted {spec['head_decay']}^(j-1); final training "
                      "CE (moving average): " + ", ".join(f"head {k[4:]} {v:.3f}" for k, v in final.items()) + ".")
     else:
-        lines.append(f"- loss: smooth L1 between predicted and true features + {spec['eagle_cls_weight']} × the "
-                     "cross-entropy between the target's next-token distribution and the LM head's on the predicted "
-                     f"feature; final (moving average): regression {final['regression']:.3f}, cross-entropy "
+        regression = spec.get("eagle_regression_weight", 1.0)  # reports from before the weight was a setting: 1
+        weighted = {1.0: "smooth L1", 0.0: None}.get(regression, f"{regression} × smooth L1")
+        lines.append(f"- loss: {weighted + ' between predicted and true features + ' if weighted else ''}"
+                     f"{spec['eagle_cls_weight']} × the cross-entropy between the target's next-token distribution "
+                     "and the LM head's on the predicted feature"
+                     + ("" if weighted else " (no feature regression, as in EAGLE-3; the regression below is only "
+                        "watched)")
+                     + f"; final (moving average): regression {final['regression']:.3f}, cross-entropy "
                      f"{final['cls']:.3f}, one-step top-1 agreement with the target {final['top1']:.3f}.")
         steps = _test_steps(report)
         if steps > 1:
@@ -196,8 +222,7 @@ def render_head_card(folder: Path) -> str:
         "## Reproduce",
         "",
         "```bash",
-        "python -m specdec_lib train heads            # trains the heads and the EAGLE layer into data/models/",
-        "python -m specdec_lib train heads --quick    # a few steps on a corpus slice (seconds), for tests",
+        *_reproduce_lines(report),
         "```",
         "",
     ]

@@ -75,6 +75,7 @@ class HeadsSpec:
     eagle_gammas: tuple[int, ...]
     head_decay: float = 0.8  # head j's loss weight head_decay ** (j - 1) (Medusa's lambda)
     eagle_cls_weight: float = 0.1  # EAGLE-1's weight of the classification loss
+    eagle_regression_weight: float = 1.0  # weight of the feature regression (EAGLE-1: 1; EAGLE-3 drops it: 0)
     eagle_test_steps: int = 1  # draft steps unrolled in training (training-time test; 1: EAGLE-1's loss alone)
     eagle_step_decay: float = 0.8  # step j's loss weight eagle_step_decay ** (j - 1)
     eagle_feature_layers: tuple[int, ...] = LAST_HIDDEN  # the target's hidden states the EAGLE layer reads (EAGLE-3: a
@@ -195,12 +196,13 @@ def unrolled_predictions(module: EagleModule, features: torch.Tensor, next_ids: 
 
 
 def eagle_loss(module: EagleModule, features: torch.Tensor, tokens: torch.Tensor, cls_weight: float,
-               steps: int = 1, decay: float = 0.8) -> tuple[torch.Tensor, dict]:
+               steps: int = 1, decay: float = 0.8, regression_weight: float = 1.0) -> tuple[torch.Tensor, dict]:
     """EAGLE's loss on ``features: [B, T, H * D]`` (the target's hidden states of the module's feature layers, the
     last one the post-norm h) and ``tokens: [B, T + 1]``, over ``steps`` draft steps.
 
-    Step 1 (EAGLE-1): predict h_{t+1} from the true pair (h_t, x_{t+1}) for t = 0 .. T-2; smooth L1 on the features
-    + ``cls_weight`` x CE(target's p_{t+2} || LM head on h^_{t+1}). Training-time test (EAGLE-3), steps 2 ..
+    Step 1 (EAGLE-1): predict h_{t+1} from the true pair (h_t, x_{t+1}) for t = 0 .. T-2; ``regression_weight`` x
+    smooth L1 on the features + ``cls_weight`` x CE(target's p_{t+2} || LM head on h^_{t+1}) (EAGLE-3 keeps only
+    the cross-entropy: ``regression_weight=0``). Training-time test (EAGLE-3), steps 2 ..
     ``steps``: step j reads step j - 1's *predicted* features (`unrolled_predictions`) and is scored the same way
     on the positions whose chain began at a true pair (i >= j - 1), weighted ``decay ** (j - 1)``; gradients flow
     through the unrolled steps. Parts: step 1's regression, cross-entropy and top-1 agreement with the target, and
@@ -214,7 +216,7 @@ def eagle_loss(module: EagleModule, features: torch.Tensor, tokens: torch.Tensor
         regression = F.smooth_l1_loss(predicted[:, kept], truth[:, kept])
         log_q = torch.log_softmax(module.logits(predicted[:, kept]), dim=-1)
         classification = -(target_probs[:, kept] * log_q).sum(-1).mean()
-        total = total + decay ** (step - 1) * (regression + cls_weight * classification)
+        total = total + decay ** (step - 1) * (regression_weight * regression + cls_weight * classification)
         top1 = (log_q.argmax(-1) == target_probs[:, kept].argmax(-1)).float().mean().item()
         if step == 1:
             parts.update(regression=regression.item(), cls=classification.item(), top1=top1)
@@ -246,17 +248,19 @@ def _write(folder: Path, kind: str, module: torch.nn.Module, architecture: dict,
     write_head_card(folder)
 
 
-def train_heads(spec: HeadsSpec, out_dir: Path, target_folder: Path) -> dict[str, dict]:
+def train_heads(spec: HeadsSpec, out_dir: Path, target_folder: Path, eagle_name: str = EAGLE_KIND,
+                command: str | None = None) -> dict[str, dict]:
     """Train the drafters of ``spec.kinds`` for the model in ``target_folder`` into ``out_dir/heads`` and
-    ``out_dir/eagle``.
+    ``out_dir/<eagle_name>`` (default ``eagle``); the reports record ``command`` (default: `reproduce_command`).
 
     Returns their training reports (also written beside the weights). Runs on ``spec.threads`` threads (the
     caller's setting is restored afterwards)."""
     with torch_threads(spec.threads):
-        return _train_both(spec, Path(out_dir), Path(target_folder))
+        return _train_both(spec, Path(out_dir), Path(target_folder), eagle_name,
+                           command or reproduce_command(spec, eagle_name))
 
 
-def _train_both(spec: HeadsSpec, out_dir: Path, target_folder: Path) -> dict[str, dict]:
+def _train_both(spec: HeadsSpec, out_dir: Path, target_folder: Path, eagle_name: str, command: str) -> dict[str, dict]:
     started = time.perf_counter()
     target, tokenizer = load_model_folder(target_folder, device="cpu")
     target.requires_grad_(False)
@@ -289,6 +293,7 @@ def _train_both(spec: HeadsSpec, out_dir: Path, target_folder: Path) -> dict[str
                  "validation_windows": spec.val_windows, "feature_seconds": feature_seconds},
         "threads": spec.threads, "torch": torch.__version__, "python": platform.python_version(),
         "reference_draft_alpha": reference,
+        "command": command,
     }
     reports = {}
 
@@ -316,7 +321,8 @@ def _train_both(spec: HeadsSpec, out_dir: Path, target_folder: Path) -> dict[str
             module.norm.weight.copy_(target.get_decoder().norm.weight)
         log = []
         training = _train_loop(module, spec.eagle_steps, spec, lambda i: eagle_loss(
-            module, features[i], windows[i], spec.eagle_cls_weight, spec.eagle_test_steps, spec.eagle_step_decay),
+            module, features[i], windows[i], spec.eagle_cls_weight, spec.eagle_test_steps, spec.eagle_step_decay,
+            spec.eagle_regression_weight),
             len(windows), "eagle", log)
         _round_to_fp16(module)
         measure_start = time.perf_counter()
@@ -327,9 +333,31 @@ def _train_both(spec: HeadsSpec, out_dir: Path, target_folder: Path) -> dict[str
                                "acceptance": greedy_acceptance(target, drafter, prompts, spec.eagle_gammas,
                                                                spec.new_tokens),
                                "measure_seconds": round(time.perf_counter() - measure_start, 1)}
-        _write(out_dir / "eagle", EAGLE_KIND, module, architecture, fingerprint, reports[EAGLE_KIND])
+        _write(out_dir / eagle_name, EAGLE_KIND, module, architecture, fingerprint, reports[EAGLE_KIND])
     print(f"done in {(time.perf_counter() - started) / 60:.1f} min", flush=True)
     return reports
+
+
+#: The spec fields `main` sets from the command line, and their options.
+SPEC_OPTIONS = {"eagle_feature_layers": "--eagle-feature-layers", "eagle_test_steps": "--eagle-test-steps",
+                "eagle_regression_weight": "--eagle-regression-weight", "eagle_cls_weight": "--eagle-cls-weight",
+                "eagle_steps": "--eagle-steps", "train_windows": "--train-windows", "threads": "--threads"}
+
+
+def reproduce_command(spec: HeadsSpec, eagle_name: str = EAGLE_KIND, quick: bool = False) -> str:
+    """The ``train heads`` command line that trains ``spec``: its fields that differ from `FULL` (``quick``:
+    from `QUICK`, with ``--quick``) as options."""
+    base = QUICK if quick else FULL
+    words = ["python -m specdec_lib train heads"] + (["--quick"] if quick else [])
+    if spec.kinds != base.kinds:
+        words += ["--only", ",".join(spec.kinds)]
+    for field, option in SPEC_OPTIONS.items():
+        value = getattr(spec, field)
+        if value != getattr(base, field):
+            words += [option, ",".join(map(str, value)) if isinstance(value, tuple) else str(value)]
+    if eagle_name != EAGLE_KIND:
+        words += ["--eagle-name", eagle_name]
+    return " ".join(words)
 
 
 def parse_layers(text: str) -> tuple[int, ...]:
@@ -358,8 +386,29 @@ def main(argv: list[str] | None = None) -> None:
                              "low, a middle and the last layer; default: the spec's, -1 alone)")
     parser.add_argument("--eagle-test-steps", type=int, default=None, metavar="K",
                         help="EAGLE draft steps unrolled in training (training-time test; default: the spec's, 1)")
+    parser.add_argument("--eagle-regression-weight", type=float, default=None, metavar="W",
+                        help="weight of the EAGLE feature regression (default: the spec's, 1 as in EAGLE-1; EAGLE-3 "
+                             "trains on the cross-entropy alone: 0)")
+    parser.add_argument("--eagle-cls-weight", type=float, default=None, metavar="W",
+                        help="weight of the EAGLE cross-entropy against the target (default: the spec's, 0.1)")
+    parser.add_argument("--eagle-steps", type=int, default=None, metavar="N",
+                        help="EAGLE optimiser steps (default: the spec's)")
+    parser.add_argument("--train-windows", type=int, default=None, metavar="W",
+                        help="corpus windows whose target features are computed for training (default: the spec's)")
+    parser.add_argument("--eagle-name", default=EAGLE_KIND, metavar="FOLDER",
+                        help="the EAGLE layer's folder under --out (default: eagle)")
     args = parser.parse_args(argv)
     spec = QUICK if args.quick else FULL
+    for option, value in (("--eagle-steps", args.eagle_steps), ("--train-windows", args.train_windows)):
+        if value is not None:
+            check_count(option, value, minimum=1, hint="It counts optimiser steps or corpus windows.")
+    for option, value in (("--eagle-regression-weight", args.eagle_regression_weight),
+                          ("--eagle-cls-weight", args.eagle_cls_weight)):
+        if value is not None and not value >= 0:
+            raise ConfigError(f"{option} is a loss weight and must be 0 or more, got {value}.")
+    spec = replace(spec, **{field: value for field, value in (
+        ("eagle_regression_weight", args.eagle_regression_weight), ("eagle_cls_weight", args.eagle_cls_weight),
+        ("eagle_steps", args.eagle_steps), ("train_windows", args.train_windows)) if value is not None})
     if args.threads is not None:
         spec = replace(spec, threads=args.threads)
     if args.only is not None:
@@ -370,4 +419,4 @@ def main(argv: list[str] | None = None) -> None:
         check_count("--eagle-test-steps", args.eagle_test_steps, minimum=1,
                     hint="1 trains EAGLE-1's one-step loss; 2 to 4 unroll that many draft steps.")
         spec = replace(spec, eagle_test_steps=args.eagle_test_steps)
-    train_heads(spec, args.out, args.target)
+    train_heads(spec, args.out, args.target, args.eagle_name, reproduce_command(spec, args.eagle_name, args.quick))

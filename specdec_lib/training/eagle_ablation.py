@@ -1,0 +1,90 @@
+"""What do EAGLE-3's two changes buy? Four EAGLE layers trained alike, measured alike:
+``python -m specdec_lib.training.eagle_ablation``.
+
+EAGLE-3 (Li et al., 2025) changed two things about the EAGLE drafter: it reads a *fusion* of a low, a middle and
+the last target layer instead of the last hidden state alone, and it is trained with *training-time test*: during
+training it drafts several steps on its own predicted features, so it meets the inputs it gets at draft positions
+2, 3, ... before it is used. This ablation crosses the two (features: the last layer, or layers 4, 12 and the
+last; training: one step, or ``test_steps`` unrolled steps) and trains each variant with `train_heads` from the
+same seed, on the same corpus windows, for the same number of optimiser steps, then reads from each report:
+
+- alpha and the per-position acceptance of greedy speculative decoding on the code prompts at gamma
+  ``ABLATION_GAMMA`` (position j: the share of rounds whose j-th draft was accepted; where training-time test
+  should help is positions 2 and on);
+- the held-out top-1 of each draft step along the layer's own autoregression, and the training time.
+
+The layers themselves are not kept (the numbers are: ``data/models/eagle_ablation.json``, read by notebook 05).
+The run takes about 25 minutes on 2 CPU cores; ``--quick`` a few seconds (for tests).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+
+from ..core.paths import REPO_DATA_DIR
+from .heads import EAGLE_KIND, FULL, QUICK, HeadsSpec, train_heads
+
+ABLATION_FILE = "eagle_ablation.json"
+ABLATION_GAMMA = 3
+FUSED_LAYERS = (4, 12, -1)  # EAGLE-3's low, middle and last layer of the 24-layer target
+TEST_STEPS = 3
+#: The ablation's shared recipe: the shipped EAGLE layer's data, optimiser steps and loss weights.
+ABLATION_SPEC = FULL
+
+
+def variants(spec: HeadsSpec, fused: tuple[int, ...], test_steps: int) -> dict[str, HeadsSpec]:
+    """The four variants of ``spec``: {last layer, ``fused``} x {1, ``test_steps``} training steps, the EAGLE layer
+    alone, everything else (data, seed, optimiser steps, loss weights) unchanged."""
+    spec = replace(spec, kinds=(EAGLE_KIND,), eagle_gammas=(ABLATION_GAMMA,))
+    return {f"{features}, {steps} step{'s' if steps > 1 else ''}":
+            replace(spec, eagle_feature_layers=layers, eagle_test_steps=steps)
+            for features, layers in (("last layer", (-1,)), ("fused", fused))
+            for steps in (1, test_steps)}
+
+
+def summarise(report: dict) -> dict:
+    """The numbers the ablation compares, from one EAGLE training report."""
+    acceptance = report["acceptance"][str(ABLATION_GAMMA)]
+    spec = report["spec"]
+    return {"feature_layers": spec["eagle_feature_layers"], "test_steps": spec["eagle_test_steps"],
+            "alpha": acceptance["alpha"], "per_position_acceptance": acceptance["per_position_acceptance"],
+            "mean_acceptance_length": acceptance["mean_acceptance_length"],
+            "validation_top1": report["validation"]["top1"], "train_seconds": report["training"]["seconds"],
+            "final_training": report["training"]["final"]}
+
+
+def run_ablation(spec: HeadsSpec, target_folder: Path, fused: tuple[int, ...], test_steps: int) -> dict:
+    """Train and measure every variant (module docstring); the layers go to a temporary folder."""
+    runs = {}
+    with tempfile.TemporaryDirectory() as work:
+        for name, variant in variants(spec, fused, test_steps).items():
+            print(f"--- {name}", flush=True)
+            report = train_heads(variant, Path(work) / name.replace(", ", "-").replace(" ", "-"), target_folder)
+            runs[name] = summarise(report[EAGLE_KIND])
+    return {"spec": asdict(replace(spec, kinds=(EAGLE_KIND,))), "gamma": ABLATION_GAMMA, "fused_layers": list(fused),
+            "test_steps": test_steps, "runs": runs}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m specdec_lib.training.eagle_ablation", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=REPO_DATA_DIR / "models" / ABLATION_FILE)
+    parser.add_argument("--target", type=Path, default=REPO_DATA_DIR / "models" / "target")
+    parser.add_argument("--quick", action="store_true", help="a few steps on a corpus slice (seconds; for tests)")
+    args = parser.parse_args(argv)
+    started = time.perf_counter()
+    result = run_ablation(QUICK if args.quick else ABLATION_SPEC, args.target, FUSED_LAYERS, TEST_STEPS)
+    result["total_seconds"] = round(time.perf_counter() - started, 1)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps({name: {k: run[k] for k in ("alpha", "per_position_acceptance", "train_seconds")}
+                      for name, run in result["runs"].items()}, indent=2))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
