@@ -16,12 +16,18 @@ from specdec_lib.bench.cli import load_cross_pair
 from specdec_lib.bench.drafters import (
     DEFAULT_GAMMAS,
     DRAFTERS,
+    build_task_methods,
     format_rows,
+    headline,
+    headline_markdown,
     length_buckets,
     main,
     parse_drafters,
     task_rows,
 )
+from specdec_lib.bench.hf import HFAssisted
+from specdec_lib.bench.methods import GenerationSpec
+from specdec_lib.core.errors import ConfigError
 from specdec_lib.training.measure import encode_prompts
 
 
@@ -39,6 +45,8 @@ def test_every_drafter_row_is_identical_and_twins_carry_their_ratio(pairs):
     names = [row["method"] for row in rows]
     assert names[0] == "autoregressive"
     assert set(DRAFTERS) <= set(names) and {"hf-assisted", "hf-prompt-lookup", "hf-early-exit"} <= set(names)
+    assert {"hf-assisted-heuristic", "hf-assisted-default"} <= set(names)  # transformers' own schedules
+    assert next(r for r in rows if r["method"] == "hf-assisted-default")["gamma"] == 20  # its default maximum
     for row in rows:
         assert row["identical"] is True, row["method"]
         assert set(row["buckets"]) == {"short", "long"}
@@ -50,6 +58,33 @@ def test_every_drafter_row_is_identical_and_twins_carry_their_ratio(pairs):
     assert next(r for r in rows if r["method"] == "suffix")["over_transformers"] is None
     table = format_rows("code", rows)
     assert "early-exit" in table and "NO" not in table
+
+
+def test_twins_run_at_every_gamma_and_schedules_once(pairs):
+    pair, cross = pairs
+    spec = GenerationSpec(4, None)
+    methods = build_task_methods(pair, cross, {"draft-model": (2, 5), "suffix": (8,)}, spec)
+    assert [method.key for method in methods] == [
+        "autoregressive", "draft-model[gamma=2]", "draft-model[gamma=5]", "hf-assisted[gamma=2]",
+        "hf-assisted[gamma=5]", "hf-assisted-heuristic[gamma=5]", "hf-assisted-default[gamma=20]", "suffix[gamma=8]"]
+    assert len(build_task_methods(pair, cross, {"draft-model": (2, 5)}, spec, transformers=False)) == 3
+    with pytest.raises(ConfigError, match="schedule must be one of constant, heuristic, default"):
+        HFAssisted(pair.target, pair.draft, 3, spec, schedule="dynamic")
+
+
+def test_the_headline_sets_our_fastest_against_transformers_fastest():
+    def row(method, gamma, speedup):
+        return {"method": method, "gamma": gamma, "speedup": speedup}
+
+    rows = [row("autoregressive", None, 1.0), row("draft-model", 3, 1.7), row("eagle3", 5, 1.9),
+            row("hf-assisted", 3, 1.5), row("hf-prompt-lookup", 4, 1.6), row("hf-assisted-default", 20, 1.2)]
+    best = headline(rows)
+    assert (best["ours"]["method"], best["transformers"]["method"]) == ("eagle3", "hf-prompt-lookup")
+    assert best["ratio"] == pytest.approx(1.9 / 1.6)
+    alone = headline(rows[:3])  # --no-transformers
+    assert alone["transformers"] is None and alone["ratio"] is None
+    table = headline_markdown({"tasks": {"code": rows}})
+    assert "| code | eagle3 (γ 5) 1.90x | hf-prompt-lookup (γ 4) 1.60x | 1.19x |" in table
 
 
 def test_length_buckets_split_at_the_median():

@@ -15,13 +15,18 @@ every row must emit the baseline's tokens.
     early-exit       the target's first layers and its exit head, one shared KV cache (`EarlyExitDrafter`)
     medusa-heads     extra heads on the target's last hidden state (`HeadsDrafter`, data/models/heads)
     eagle            one decoder layer autoregressing on the target's hidden states (`EagleDrafter`, data/models/eagle)
+    eagle3           the same, reading fused low/middle/last layers, trained with training-time test (data/models/eagle3)
     hf-assisted      transformers' assisted generation with the same draft model   (twin of draft-model)
+    hf-assisted-heuristic, hf-assisted-default
+                     the same with transformers' own draft-length schedules (`assistant_config`)
     hf-prompt-lookup transformers' ``prompt_lookup_num_tokens``                     (twin of prompt-lookup)
     hf-early-exit    transformers' ``assistant_early_exit`` at the same exit layer  (twin of early-exit)
 
-``over_transformers`` in a row is the twin's seconds over ours at the same gamma (per repeat, median). Each task
-also gets the rows split by prompt length (``buckets``: the prompts at or below the task's median prompt length,
-and those above), because acceptance depends on how much context there is to match or to condition on.
+A twin runs at each of its drafter's gammas; ``over_transformers`` in a row is the twin's seconds over ours at the
+same gamma (per repeat, median). The headline (`headline`) sets the fastest of our rows against the fastest of
+transformers' on each task. Each task also gets the rows split by prompt length (``buckets``: the prompts at or
+below the task's median prompt length, and those above), because acceptance depends on how much context there is
+to match or to condition on.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ import torch
 
 from ..drafters import CrossTokenizerDrafter, DraftModelDrafter, EarlyExitDrafter, PromptLookupDrafter, SuffixDrafter
 from ..core.drafting import Drafter
-from ..drafters.eagle import load_eagle
+from ..drafters.eagle import eagle3_folder, load_eagle
 from ..drafters.heads import load_heads
 from ..core.pair import ModelPair
 from ..loading import load_pair
@@ -67,7 +72,9 @@ class DrafterRow:
 
     name: str
     build: Callable[[ModelPair, ModelPair], Drafter]  # (pair, cross pair) -> a fresh drafter
-    twin: Callable[[ModelPair, int, GenerationSpec], Method] | None = None
+    twin: Callable[[ModelPair, int, GenerationSpec], Method] | None = None  # at each of the row's gammas
+    # transformers' other ways of running the same idea, given the row's largest gamma
+    more_twins: Callable[[ModelPair, int, GenerationSpec], list[Method]] | None = None
 
 
 def _exit_layer(pair: ModelPair) -> int:
@@ -76,7 +83,9 @@ def _exit_layer(pair: ModelPair) -> int:
 
 DRAFTERS: dict[str, DrafterRow] = {row.name: row for row in (
     DrafterRow("draft-model", lambda pair, cross: DraftModelDrafter.for_pair(pair),
-               lambda pair, gamma, spec: HFAssisted(pair.target, pair.draft, gamma, spec)),
+               lambda pair, gamma, spec: HFAssisted(pair.target, pair.draft, gamma, spec),
+               lambda pair, gamma, spec: [HFAssisted(pair.target, pair.draft, gamma, spec, "heuristic"),
+                                          HFAssisted(pair.target, pair.draft, gamma, spec, "default")]),
     DrafterRow("cross-tokenizer", lambda pair, cross: CrossTokenizerDrafter.for_pair(cross)),
     DrafterRow("prompt-lookup", lambda pair, cross: PromptLookupDrafter(rule="first"),
                lambda pair, gamma, spec: HFPromptLookup(pair.target, gamma, spec)),
@@ -86,13 +95,14 @@ DRAFTERS: dict[str, DrafterRow] = {row.name: row for row in (
                lambda pair, gamma, spec: HFEarlyExit(pair.target, _exit_layer(pair), gamma, spec)),
     DrafterRow("medusa-heads", lambda pair, cross: load_heads(pair.target)),
     DrafterRow("eagle", lambda pair, cross: load_eagle(pair.target)),
+    DrafterRow("eagle3", lambda pair, cross: load_eagle(pair.target, eagle3_folder())),
 )}
 
 #: The gammas each drafter runs at by default: short drafts for the model drafters (every drafted token costs a
 #: forward; `python -m specdec_lib bench tuning` sweeps them), longer drafts for the model-free ones (a wrong
 #: copied token costs little when drafting is free).
-DEFAULT_GAMMAS = {"draft-model": (3,), "cross-tokenizer": (3,), "prompt-lookup": (4, 8), "prompt-lookup-latest": (8,),
-                  "suffix": (8,), "early-exit": (3, 5), "medusa-heads": (3,), "eagle": (3, 5)}
+DEFAULT_GAMMAS = {"draft-model": (3, 5), "cross-tokenizer": (3,), "prompt-lookup": (4, 8), "prompt-lookup-latest": (8,),
+                  "suffix": (8,), "early-exit": (3, 5), "medusa-heads": (3,), "eagle": (3, 5), "eagle3": (3, 5)}
 DEFAULT_TASKS = TASKS
 
 
@@ -100,14 +110,16 @@ def build_task_methods(pair: ModelPair, cross: ModelPair, gammas: dict[str, Sequ
                        spec: GenerationSpec, transformers: bool = True,
                        registry: dict[str, DrafterRow] = DRAFTERS) -> list[Method]:
     """The baseline, then per drafter (a name of ``registry``) its rows at each gamma and (``transformers``) its
-    twin at the first gamma (one gamma is enough for the side-by-side ratio)."""
+    twin at each gamma, then transformers' other schedules at the largest."""
     methods: list[Method] = [Autoregressive(pair.target, spec)]
     for name, row_gammas in gammas.items():
         row = registry[name]
         drafter = row.build(pair, cross)
         methods += [DrafterSpeculative(name, pair.target, drafter, gamma, spec) for gamma in row_gammas]
         if transformers and row.twin is not None:
-            methods.append(row.twin(pair, row_gammas[0], spec))
+            methods += [row.twin(pair, gamma, spec) for gamma in row_gammas]
+        if transformers and row.more_twins is not None:
+            methods += row.more_twins(pair, max(row_gammas), spec)
     return methods
 
 
@@ -191,9 +203,45 @@ def describe_document(document: dict) -> str:
             f"{settings['max_new_tokens']} new tokens, {settings['repeats']} timed repeats, greedy")
 
 
+def is_transformers(row: dict) -> bool:
+    """Whether a bench row is transformers' ``generate`` (its names start with ``hf-``)."""
+    return row["method"].startswith("hf-")
+
+
+def headline(rows: Sequence[dict]) -> dict:
+    """One task's fastest lossless decoder of ours and of transformers' (every row of the bench is lossless: its
+    tokens equal the target's own), and how much faster ours is: the ratio of the two speed-ups over the same
+    baseline in the same run."""
+    timed = [row for row in rows if row["gamma"] is not None]
+    ours = max((row for row in timed if not is_transformers(row)), key=lambda row: row["speedup"])
+    theirs = max((row for row in timed if is_transformers(row)), key=lambda row: row["speedup"], default=None)
+    return {"ours": ours, "transformers": theirs,
+            "ratio": None if theirs is None else ours["speedup"] / theirs["speedup"]}
+
+
+def _named(row: dict | None) -> str:
+    return "" if row is None else f"{row['method']} (γ {row['gamma']}) {_cell(row['speedup'], suffix='x')}"
+
+
+def headline_markdown(document: dict) -> str:
+    """The headline of a drafters-bench JSON document as a Markdown table: per task, the fastest of our rows and
+    of transformers' rows (speed-up over the target alone) and ours over theirs."""
+    lines = ["| task | fastest of ours | fastest of transformers' | ours / transformers |", "| --- | --- | --- | --- |"]
+    for task, rows in document["tasks"].items():
+        best = headline(rows)
+        lines.append(f"| {task} | {_named(best['ours'])} | {_named(best['transformers'])} | "
+                     f"{_cell(best['ratio'], suffix='x')} |")
+    return "\n".join(lines)
+
+
 def drafters_markdown(document: dict) -> str:
-    """A drafters-bench JSON document as one Markdown table: a row per method and gamma, per task its speed-up
-    (short / long prompts) and mean acceptance length, and ours / transformers where the row has a twin."""
+    """A drafters-bench JSON document as Markdown: the headline (`headline_markdown`), then one table with a row
+    per method and gamma, per task its speed-up (short / long prompts) and mean acceptance length, and ours /
+    transformers where the row has a twin."""
+    return headline_markdown(document) + "\n\n" + _rows_markdown(document)
+
+
+def _rows_markdown(document: dict) -> str:
     tasks = document["tasks"]
     first = next(iter(tasks.values()))
     head = ["method", "gamma"] + [f"{task}: speed-up (short / long), mean acc len" for task in tasks]
@@ -267,7 +315,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         results[task] = task_rows(pair, cross, prompt_ids, args.drafters, max_new_tokens=args.max_new_tokens,
                                   repeats=args.repeats, transformers=not args.no_transformers,
                                   progress=not args.no_progress)
-        print(format_rows(task, results[task]) + "\n", flush=True)
+        best = headline(results[task])
+        print(format_rows(task, results[task]) + f"\nfastest: ours {_named(best['ours'])}, transformers "
+              f"{_named(best['transformers']) or '(not run)'}, ours / transformers {_cell(best['ratio'], suffix='x')}\n",
+              flush=True)
     machine = machine_info(device)
     print(f"machine: {machine_summary(machine)}; {args.prompts} prompts per task x {args.max_new_tokens} tokens, "
           f"{args.repeats} timed repeats after a warm-up, greedy; speed-up: median over repeats of the baseline's "

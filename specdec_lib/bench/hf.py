@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import torch
-from transformers import PreTrainedModel
+from transformers import GenerationConfig, PreTrainedModel
 
 from ..core.errors import ConfigError
 from ..core.pair import ModelPair
@@ -25,6 +25,8 @@ from ..core.result import GenerationResult
 from .methods import (
     HF_ASSISTED,
     HF_ASSISTED_CROSS,
+    HF_ASSISTED_DEFAULT,
+    HF_ASSISTED_HEURISTIC,
     HF_EARLY_EXIT,
     HF_GREEDY,
     HF_PROMPT_LOOKUP,
@@ -127,34 +129,54 @@ def _swapped_generation_config(model: PreTrainedModel, config) -> Iterator[None]
         model.generation_config = saved
 
 
-def assistant_config(draft: PreTrainedModel, gamma: int, spec: GenerationSpec):
-    """The draft's generation config that makes transformers' assisted generation draft exactly ``gamma`` tokens
-    per round, like our loop.
+#: How transformers' assisted generation picks its draft length: the row name of each schedule.
+ASSISTED_SCHEDULES = {"constant": HF_ASSISTED, "heuristic": HF_ASSISTED_HEURISTIC, "default": HF_ASSISTED_DEFAULT}
+
+
+def assistant_config(draft: PreTrainedModel, gamma: int, spec: GenerationSpec, schedule: str = "constant"):
+    """The draft's generation config for transformers' assisted generation: with ``schedule="constant"`` it drafts
+    exactly ``gamma`` tokens per round, like our loop.
 
     transformers (5.24, ``AssistedCandidateGenerator``) reads three settings from the *assistant's*
     ``generation_config``: ``num_assistant_tokens`` (draft length, default 20), ``num_assistant_tokens_schedule``
-    (default ``"constant"``; ``"heuristic"`` would grow/shrink it between rounds and even between calls) and
-    ``assistant_confidence_threshold`` (default 0.4: stop drafting early when the draft's top probability drops
-    below it; 0 disables that stop, while None would be replaced by the 0.4 default). transformers itself gives
-    the assistant the target's EOS.
+    (default ``"constant"``; ``"heuristic"`` grows it by 2 after a round whose drafts were all accepted and
+    shrinks it by 1 otherwise, and keeps the value between calls) and ``assistant_confidence_threshold`` (default
+    0.4: stop drafting early when the draft's top probability drops below it; 0 disables that stop, while None
+    would be replaced by the 0.4 default). ``"heuristic"`` starts at ``gamma`` without the confidence stop;
+    ``"default"`` leaves all three at the draft's own settings (what ``generate(assistant_model=draft)`` does
+    untouched; ``gamma`` is ignored). transformers itself gives the assistant the target's EOS.
     """
+    if schedule == "default":
+        return _config_for(draft, spec)
     return _config_for(
         draft,
         spec,
         num_assistant_tokens=gamma,
-        num_assistant_tokens_schedule="constant",
+        num_assistant_tokens_schedule=schedule,
         assistant_confidence_threshold=0.0,
     )
 
 
 class HFAssisted(Method):
+    """transformers' assisted generation with a draft model: row ``hf-assisted`` (exactly gamma drafts per round),
+    ``hf-assisted-heuristic`` or ``hf-assisted-default`` (`assistant_config`'s schedules; the latter's gamma is
+    the draft's configured maximum)."""
+
     name, source = HF_ASSISTED, "forward counts"
 
-    def __init__(self, target: PreTrainedModel, draft: PreTrainedModel, gamma: int, spec: GenerationSpec) -> None:
+    def __init__(self, target: PreTrainedModel, draft: PreTrainedModel, gamma: int, spec: GenerationSpec,
+                 schedule: str = "constant") -> None:
+        if schedule not in ASSISTED_SCHEDULES:
+            raise ConfigError(f"schedule must be one of {', '.join(ASSISTED_SCHEDULES)}, got {schedule!r}.")
+        if schedule == "default":  # the draft's own maximum, else transformers' (5.24: 20)
+            gamma = (draft.generation_config.num_assistant_tokens
+                     or GenerationConfig._get_default_generation_params()["num_assistant_tokens"])
         check_gamma(gamma)
         self.target, self.draft, self.gamma, self.spec = target, draft, gamma, spec
+        if schedule != "constant":  # (the cross-tokenizer subclass keeps its own name)
+            self.name = ASSISTED_SCHEDULES[schedule]
         self._target_config = _config_for(target, spec)
-        self._draft_config = assistant_config(draft, gamma, spec)
+        self._draft_config = assistant_config(draft, gamma, spec, schedule)
 
     def generate(self, input_ids: torch.Tensor, seed: int | None = None) -> tuple[list[int], GenerationResult | None]:
         """``target.generate(assistant_model=draft)``; the draft's own generation config is restored afterwards.
