@@ -143,3 +143,32 @@ def test_which_exit_right_and_wrong_options():
         report = check.which_exit(wrong)
         assert not report and repr(report).startswith(f"❌ which_exit: answer fails.\n   Not ({wrong}).")
     assert "Answer with one of 'a', 'b', 'c', 'd'" in repr(check.which_exit(None))
+
+
+# --- exercise 4: acceptance by draft position ----------------------------------------------------------------
+
+
+def by_position(rounds):
+    longest = max((drafted for drafted, _ in rounds), default=0)
+    return [sum(accepted >= j for drafted, accepted in rounds if drafted >= j) / sum(drafted >= j for drafted, _ in rounds)
+            for j in range(1, longest + 1)]
+
+
+def test_the_position_solution_passes():
+    report = check.acceptance_by_position(by_position)
+    assert report and repr(report).startswith("✅ acceptance_by_position: all 4 hidden cases pass"), repr(report)
+
+
+@pytest.mark.parametrize("wrong, words", [
+    (lambda rounds: [sum(a > j for _, a in rounds) / len(rounds) for j in range(max(d for d, _ in rounds))],
+     "You divided by every round"),
+    (lambda rounds: [sum(a == j + 1 for d, a in rounds if d > j) / sum(d > j for d, _ in rounds)
+                     for j in range(max(d for d, _ in rounds))], "accepted exactly j + 1 drafts"),
+    (lambda rounds: [sum(a > j for d, a in rounds if d > j) / max(1, sum(a > j - 1 for d, a in rounds if d > j))
+                     for j in range(max(d for d, _ in rounds))], "a conditional rate"),
+    (lambda rounds: by_position(rounds)[:-1], "one entry per position up to the longest draft"),
+    (lambda rounds: 0.5, "Expected a list with one share per draft position"),
+])
+def test_wrong_positions_get_their_hint(wrong, words):
+    report = check.acceptance_by_position(wrong)
+    assert not report and words in repr(report), repr(report)

@@ -29,7 +29,7 @@ from .notebook03 import crossover_length, forget_draft_rollback, llama_cache_cro
 from .notebook04 import intersection_ceiling, intersection_gap, lookbehind_effect, my_continuation
 
 # notebook 05: drafting without a draft model
-from .notebook05 import free_draft_speedup, latest_prompt_lookup, which_exit
+from .notebook05 import acceptance_by_position, free_draft_speedup, latest_prompt_lookup, which_exit
 
 # notebook 06: tuning and measuring
 from .notebook06 import disable_threshold, percentile, predicted_best_gamma, relative_drop_rule

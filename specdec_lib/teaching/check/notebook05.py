@@ -4,7 +4,9 @@
   longest recurring n-gram, run on hidden token lists against ``find_continuation(..., rule="latest")``;
 - `free_draft_speedup` (exercise 2): the speed-up of a drafter that costs nothing to run, from a trace's rounds and
   measured verification costs, on hand-made traces;
-- `which_exit` (exercise 3): multiple choice, what happens above and below the trained exit layer, and to c.
+- `which_exit` (exercise 3): multiple choice, what happens above and below the trained exit layer, and to c;
+- `acceptance_by_position` (exercise 4): the acceptance of each draft position from a trace's rounds, on hand-made
+  traces (what the EAGLE-3 ablation compares).
 
 A wrong answer is compared with the usual mistakes (`find_mistake`): when it equals what one of them returns, the hint
 names that mistake instead of only showing expected against got.
@@ -17,6 +19,7 @@ import random
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ...core.trace import RoundRecord, Trace, per_position_acceptance
 from ...drafters.prompt_lookup import find_continuation
 from .core import Case, CheckReport, check_choice, close, find_mistake, is_number, mismatch, run_cases
 
@@ -263,3 +266,62 @@ def which_exit(answer: Any) -> CheckReport:
     (d) c is about the same for every exit, because the LM head dominates the cost of a shallow pass.
     """
     return check_choice("which_exit", answer, "b", EXIT_FEEDBACK)
+
+
+# --- exercise 4: acceptance by draft position --------------------------------------------------------------------
+
+
+def _by_position(rounds: Sequence[tuple[int, int]]) -> list[float]:
+    """`per_position_acceptance` on ``(drafted, accepted)`` pairs: at position j (0-based), over the rounds that
+    drafted more than j tokens, the share that accepted more than j."""
+    return per_position_acceptance(Trace(start_time=0.0, rounds=[
+        RoundRecord(drafted, accepted, accepted + 1, draft_time=0.0, verify_time=0.0, draft_forwards=drafted,
+                    kind="bonus" if accepted == drafted else "recovered")
+        for drafted, accepted in rounds]))
+
+
+POSITION_MISTAKES = [
+    (lambda rounds: [sum(a > j for _, a in rounds) / len(rounds) for j in range(max(d for d, _ in rounds))],
+     "You divided by every round. Position j counts only the rounds that drafted more than j tokens: a round that "
+     "stopped drafting earlier (a short copy, the end of the text) says nothing about position j."),
+    (lambda rounds: [sum(a == j + 1 for d, a in rounds if d > j) / sum(d > j for d, _ in rounds)
+                     for j in range(max(d for d, _ in rounds))],
+     "You counted the rounds that accepted exactly j + 1 drafts. Draft j is accepted whenever *more than* j were "
+     "accepted: accepted > j (drafts are kept as a prefix)."),
+    (lambda rounds: [sum(a > j for d, a in rounds if d > j) / max(1, sum(a > j - 1 for d, a in rounds if d > j))
+                     for j in range(max(d for d, _ in rounds))],
+     "That is the acceptance of draft j given that draft j - 1 was accepted (a conditional rate). Here it is the "
+     "share of the rounds that drafted position j, whatever happened before it: a draft after a rejection counts "
+     "as not accepted."),
+]
+
+POSITION_CASES = [
+    Case("gamma = 3, every round drafted 3", ([(3, 3), (3, 1), (3, 0), (3, 2)],)),
+    Case("a drafter that drafts fewer tokens in some rounds", ([(5, 5), (2, 2), (5, 1), (0, 0), (3, 1)],)),
+    Case("every draft rejected", ([(4, 0), (4, 0)],)),
+    Case("one long round, all accepted", ([(6, 6)],)),
+]
+POSITION_CASES = [Case(case.name, case.args, _by_position(*case.args)) for case in POSITION_CASES]
+
+
+def acceptance_by_position(learner: Callable) -> CheckReport:
+    """Exercise 4: ``learner(rounds)`` with ``rounds`` a list of ``(drafted, accepted)`` per verification round
+    must return, for each draft position j = 1 .. the longest draft, the share of the rounds that drafted j tokens
+    or more whose j-th draft was accepted (`per_position_acceptance`), on hand-made traces."""
+
+    def same(a: Any, b: Sequence[float]) -> bool:
+        return isinstance(a, (list, tuple)) and len(a) == len(b) and all(
+            is_number(x) and close(x, y, rel_tol=1e-9, abs_tol=1e-12) for x, y in zip(a, b))
+
+    def judge(case: Case, got: Any) -> str | None:
+        if not isinstance(got, (list, tuple)):
+            return f"Expected a list with one share per draft position, got {type(got).__name__}."
+        if same(got, case.expected):
+            return None
+        if len(got) != len(case.expected):
+            return mismatch(case.expected, got, f"There is one entry per position up to the longest draft of the "
+                                                f"trace: {len(case.expected)} here.")
+        return mismatch(case.expected, got, find_mistake(got, case.args, case.expected, POSITION_MISTAKES, same,
+                                                         learner, POSITION_CASES))
+
+    return run_cases("acceptance_by_position", learner, POSITION_CASES, judge)
