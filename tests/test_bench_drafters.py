@@ -73,11 +73,12 @@ def test_twins_run_at_every_gamma_and_schedules_once(pairs):
 
 
 def test_the_headline_sets_our_fastest_against_transformers_fastest():
-    def row(method, gamma, speedup):
-        return {"method": method, "gamma": gamma, "speedup": speedup}
+    def row(method, gamma, speedup, identical=True):
+        return {"method": method, "gamma": gamma, "speedup": speedup, "identical": identical}
 
     rows = [row("autoregressive", None, 1.0), row("draft-model", 3, 1.7), row("eagle3", 5, 1.9),
-            row("hf-assisted", 3, 1.5), row("hf-prompt-lookup", 4, 1.6), row("hf-assisted-default", 20, 1.2)]
+            row("hf-assisted", 3, 1.5), row("hf-prompt-lookup", 4, 1.6), row("hf-assisted-default", 20, 1.2),
+            row("suffix", 8, 2.5, identical=False), row("hf-early-exit", 3, 2.0, identical=False)]  # not lossless
     best = headline(rows)
     assert (best["ours"]["method"], best["transformers"]["method"]) == ("eagle3", "hf-prompt-lookup")
     assert best["ratio"] == pytest.approx(1.9 / 1.6)

@@ -14,7 +14,8 @@ same seed, on the same corpus windows, for the same number of optimiser steps, t
 - the held-out top-1 of each draft step along the layer's own autoregression, and the training time.
 
 The layers themselves are not kept (the numbers are: ``data/models/eagle_ablation.json``, read by notebook 05).
-The run takes about 25 minutes on 2 CPU cores; ``--quick`` a few seconds (for tests).
+The run costs four EAGLE trainings, two of them with three unrolled steps (the JSON records ``total_seconds``);
+``--quick`` takes seconds (for tests).
 """
 
 from __future__ import annotations
