@@ -27,8 +27,8 @@ by side, ``[3D]``, mapped to ``[D]`` by one linear layer, `EagleModule.fuse_feat
 verification forward the target runs anyway (the drafter's ``hidden_layers``); drafted positions still carry the
 layer's own predicted feature. And training can unroll several draft steps on the layer's own predictions
 (*training-time test*, `specdec_lib.training.heads.unrolled_predictions`), so that steps 2, 3, ... are trained on
-the inputs they meet when drafting. (EAGLE-3 also drops the feature-regression loss; this layer keeps it, so its
-output stays a feature the target's LM head reads.)
+the inputs they meet when drafting. (EAGLE-3 also drops the feature-regression loss; training keeps it by default,
+``--eagle-regression-weight 0`` drops it, and the target's LM head reads the output either way.)
 
 What EAGLE has and this leaves out: tree drafting (EAGLE-1 verifies a static tree of candidates; EAGLE-2's
 dynamic tree grows it by the draft's confidence), feature noise during training, and self-distilled training data.

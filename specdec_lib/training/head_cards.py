@@ -27,6 +27,7 @@ LEFT_OUT = {
     "eagle": "Tree drafting (EAGLE-1's static tree, EAGLE-2's dynamic tree grown by the draft's confidence), {eagle3}"
              "feature noise during training, and self-distilled training data.",
 }
+TRAIN_HEADS = "python -m specdec_lib train heads"  # the command that trains these drafters (its defaults: both)
 EAGLE3_PARTS = ("fusion of low, middle and high target layers",
                 "training-time test (training on its own multi-step predictions)")
 
@@ -36,10 +37,14 @@ def _feature_layers(architecture: dict) -> list[int]:
     return architecture.get("feature_layers", [-1])
 
 
+def _eagle3_parts_used(architecture: dict, report: dict) -> tuple[bool, bool]:
+    """Whether the layer reads fused features, and whether it was trained with training-time test."""
+    return len(_feature_layers(architecture)) > 1, _test_steps(report) > 1
+
+
 def _eagle3_left_out(architecture: dict, report: dict) -> str:
     """The EAGLE-3 parts this layer was built without, as the start of its 'left out' sentence."""
-    fused, tested = len(_feature_layers(architecture)) > 1, _test_steps(report) > 1
-    parts = [part for part, used in zip(EAGLE3_PARTS, (fused, tested)) if not used]
+    parts = [part for part, used in zip(EAGLE3_PARTS, _eagle3_parts_used(architecture, report)) if not used]
     if not parts:
         return ""
     return "EAGLE-3's " + (parts[0] if len(parts) == 1 else f"{parts[0]} and its {parts[1]}") + ", "
@@ -47,8 +52,8 @@ def _eagle3_left_out(architecture: dict, report: dict) -> str:
 
 def _reproduce_lines(report: dict) -> list[str]:
     """The command that trained this folder (reports from before it was recorded: the default run's)."""
-    command = report.get("command", "python -m specdec_lib train heads")
-    if command != "python -m specdec_lib train heads":
+    command = report.get("command", TRAIN_HEADS)
+    if command != TRAIN_HEADS:
         return [command]
     return [command + "            # trains the heads and the EAGLE layer into data/models/",
             "python -m specdec_lib train heads --quick    # a few steps on a corpus slice (seconds), for tests"]
@@ -56,7 +61,12 @@ def _reproduce_lines(report: dict) -> list[str]:
 
 def _eagle_style(architecture: dict, report: dict) -> str:
     """'EAGLE-3' when the layer was built with either of EAGLE-3's changes, else 'EAGLE-1'."""
-    return "EAGLE-3" if len(_feature_layers(architecture)) > 1 or _test_steps(report) > 1 else "EAGLE-1"
+    return "EAGLE-3" if any(_eagle3_parts_used(architecture, report)) else "EAGLE-1"
+
+
+def _trained_alone(spec: dict) -> bool:
+    """Whether the run trained one drafter only (``--only``; reports from before the option trained both)."""
+    return len(spec.get("kinds", ("medusa-heads", "eagle"))) == 1
 
 
 def _test_steps(report: dict) -> int:
@@ -153,8 +163,8 @@ def render_head_card(folder: Path) -> str:
         f"{data['validation_windows']} validation windows spread over the held-out files serve the accuracies. "
         f"Loading the target, reading and tokenising the corpus and computing the features took "
         f"{data['feature_seconds'] / 60:.1f} min, "
-        + ("shared by the heads and the EAGLE layer (one pass serves both)." if len(spec.get("kinds", [0, 0])) > 1
-           else "for this drafter alone (it was trained by itself)."),
+        + ("for this drafter alone (it was trained by itself)." if _trained_alone(spec) else
+           "shared by the heads and the EAGLE layer (one pass serves both)."),
         "",
         "## Training",
         "",

@@ -47,7 +47,7 @@ from ..core.caches import new_cache
 from ..loading import load_model_folder
 from ..core.paths import REPO_DATA_DIR
 from .corpus import collect_stdlib_sources, corpus_manifest, split_files
-from .head_cards import write_head_card
+from .head_cards import TRAIN_HEADS, write_head_card
 from .head_measure import code_prompts, eagle_accuracy, greedy_acceptance, medusa_accuracy
 from .model_training import lr_at, optimizer_step, sample_windows
 from .tokenizer_training import tokenize_texts
@@ -348,7 +348,7 @@ def reproduce_command(spec: HeadsSpec, eagle_name: str = EAGLE_KIND, quick: bool
     """The ``train heads`` command line that trains ``spec``: its fields that differ from `FULL` (``quick``:
     from `QUICK`, with ``--quick``) as options."""
     base = QUICK if quick else FULL
-    words = ["python -m specdec_lib train heads"] + (["--quick"] if quick else [])
+    words = [TRAIN_HEADS] + (["--quick"] if quick else [])
     if spec.kinds != base.kinds:
         words += ["--only", ",".join(spec.kinds)]
     for field, option in SPEC_OPTIONS.items():
@@ -398,25 +398,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--eagle-name", default=EAGLE_KIND, metavar="FOLDER",
                         help="the EAGLE layer's folder under --out (default: eagle)")
     args = parser.parse_args(argv)
-    spec = QUICK if args.quick else FULL
     for option, value in (("--eagle-steps", args.eagle_steps), ("--train-windows", args.train_windows)):
         if value is not None:
             check_count(option, value, minimum=1, hint="It counts optimiser steps or corpus windows.")
+    if args.eagle_test_steps is not None:
+        check_count("--eagle-test-steps", args.eagle_test_steps, minimum=1,
+                    hint="1 trains EAGLE-1's one-step loss; 2 to 4 unroll that many draft steps.")
     for option, value in (("--eagle-regression-weight", args.eagle_regression_weight),
                           ("--eagle-cls-weight", args.eagle_cls_weight)):
         if value is not None and not value >= 0:
             raise ConfigError(f"{option} is a loss weight and must be 0 or more, got {value}.")
-    spec = replace(spec, **{field: value for field, value in (
-        ("eagle_regression_weight", args.eagle_regression_weight), ("eagle_cls_weight", args.eagle_cls_weight),
-        ("eagle_steps", args.eagle_steps), ("train_windows", args.train_windows)) if value is not None})
-    if args.threads is not None:
-        spec = replace(spec, threads=args.threads)
-    if args.only is not None:
-        spec = replace(spec, kinds=(args.only,))
+    chosen = {field: getattr(args, option[2:].replace("-", "_")) for field, option in SPEC_OPTIONS.items()}
     if args.eagle_feature_layers is not None:
-        spec = replace(spec, eagle_feature_layers=parse_layers(args.eagle_feature_layers))
-    if args.eagle_test_steps is not None:
-        check_count("--eagle-test-steps", args.eagle_test_steps, minimum=1,
-                    hint="1 trains EAGLE-1's one-step loss; 2 to 4 unroll that many draft steps.")
-        spec = replace(spec, eagle_test_steps=args.eagle_test_steps)
+        chosen["eagle_feature_layers"] = parse_layers(args.eagle_feature_layers)
+    if args.only is not None:
+        chosen["kinds"] = (args.only,)
+    spec = replace(QUICK if args.quick else FULL, **{field: value for field, value in chosen.items() if value is not None})
     train_heads(spec, args.out, args.target, args.eagle_name, reproduce_command(spec, args.eagle_name, args.quick))
