@@ -30,8 +30,11 @@ layer's own predicted feature. And training can unroll several draft steps on th
 the inputs they meet when drafting. (EAGLE-3 also drops the feature-regression loss; training keeps it by default,
 ``--eagle-regression-weight 0`` drops it, and the target's LM head reads the output either way.)
 
+Training data: the target's features on corpus windows, or (``--train-text target``) on text the target wrote
+itself, a corpus prompt and its greedy continuation per window: the contexts greedy decoding shows the drafter.
+
 What EAGLE has and this leaves out: tree drafting (EAGLE-1 verifies a static tree of candidates; EAGLE-2's
-dynamic tree grows it by the draft's confidence), feature noise during training, and self-distilled training data.
+dynamic tree grows it by the draft's confidence) and feature noise during training.
 """
 
 from pathlib import Path

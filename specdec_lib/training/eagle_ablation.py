@@ -6,7 +6,8 @@ the last target layer instead of the last hidden state alone, and it is trained 
 training it drafts several steps on its own predicted features, so it meets the inputs it gets at draft positions
 2, 3, ... before it is used. This ablation crosses the two (features: the last layer, or layers 4, 12 and the
 last; training: one step, or ``test_steps`` unrolled steps) and trains each variant with `train_heads` from the
-same seed, on the same corpus windows, for the same number of optimiser steps, then reads from each report:
+same seed, on the same corpus windows (one pass of the target computes the fused features; the last-layer variants
+read their last block), for the same number of optimiser steps, then reads from each report:
 
 - alpha and the per-position acceptance of greedy speculative decoding on the code prompts at gamma
   ``ABLATION_GAMMA`` (position j: the share of rounds whose j-th draft was accepted; where training-time test
@@ -14,8 +15,14 @@ same seed, on the same corpus windows, for the same number of optimiser steps, t
 - the held-out top-1 of each draft step along the layer's own autoregression, and the training time.
 
 The layers themselves are not kept (the numbers are: ``data/models/eagle_ablation.json``, read by notebook 05).
-The run costs four EAGLE trainings, two of them with three unrolled steps (the JSON records ``total_seconds``);
-``--quick`` takes seconds (for tests).
+The run costs one feature pass and four EAGLE trainings, two of them with three unrolled steps (the JSON records
+``total_seconds``); ``--quick`` takes seconds (for tests).
+
+**The control** (``--control``): the ablation compares the two changes at one small budget; the shipped EAGLE-3
+layer (``data/models/eagle3``) was trained longer, on more and other data. To tell what its design buys from what
+its budget buys, ``--control`` trains an EAGLE-1 layer (last layer, one step) with everything else of the shipped
+layer's recipe (read from its report: data, steps, loss) and writes both layers' numbers side by side to
+``data/models/eagle3_control.json``.
 """
 
 from __future__ import annotations
@@ -27,10 +34,12 @@ import time
 from dataclasses import asdict, replace
 from pathlib import Path
 
+from ..core.devices import torch_threads
 from ..core.paths import REPO_DATA_DIR
-from .heads import EAGLE_KIND, FULL, QUICK, HeadsSpec, train_heads
+from .heads import EAGLE_KIND, FULL, QUICK, REPORT_FILE, HeadsSpec, feature_data, train_heads
 
 ABLATION_FILE = "eagle_ablation.json"
+CONTROL_FILE = "eagle3_control.json"
 ABLATION_GAMMA = 3
 FUSED_LAYERS = (4, 12, -1)  # EAGLE-3's low, middle and last layer of the 24-layer target
 TEST_STEPS = 3
@@ -60,15 +69,39 @@ def summarise(report: dict) -> dict:
 
 
 def run_ablation(spec: HeadsSpec, target_folder: Path, fused: tuple[int, ...], test_steps: int) -> dict:
-    """Train and measure every variant (module docstring); the layers go to a temporary folder."""
+    """Train and measure every variant (module docstring) on one feature pass; the layers go to a temporary
+    folder."""
+    with torch_threads(spec.threads):
+        data = feature_data(spec, target_folder, layers=fused)  # the last-layer variants read its last block
     runs = {}
     with tempfile.TemporaryDirectory() as work:
         for name, variant in variants(spec, fused, test_steps).items():
             print(f"--- {name}", flush=True)
-            report = train_heads(variant, Path(work) / name.replace(", ", "-").replace(" ", "-"), target_folder)
+            report = train_heads(variant, Path(work) / name.replace(", ", "-").replace(" ", "-"), target_folder,
+                                 data=data)
             runs[name] = summarise(report[EAGLE_KIND])
     return {"spec": asdict(replace(spec, kinds=(EAGLE_KIND,))), "gamma": ABLATION_GAMMA, "fused_layers": list(fused),
-            "test_steps": test_steps, "runs": runs}
+            "test_steps": test_steps, "feature_seconds": data.report["data"]["feature_seconds"], "runs": runs}
+
+
+def spec_of(report: dict) -> HeadsSpec:
+    """The `HeadsSpec` a training report records (its lists back to tuples)."""
+    return HeadsSpec(**{k: tuple(v) if isinstance(v, list) else v for k, v in report["spec"].items()})
+
+
+def run_control(shipped_folder: Path, target_folder: Path, quick: bool = False) -> dict:
+    """Train the EAGLE-1 control of the layer in ``shipped_folder`` (module docstring: last layer, one step, the
+    rest of its recipe; ``quick``: `QUICK`'s budget with the control's layers and steps) and put both layers'
+    numbers side by side."""
+    shipped = json.loads((Path(shipped_folder) / REPORT_FILE).read_text())
+    recipe = replace(QUICK, eagle_gammas=(ABLATION_GAMMA,)) if quick else spec_of(shipped)
+    control = replace(recipe, kinds=(EAGLE_KIND,), eagle_feature_layers=(-1,), eagle_test_steps=1)
+    with tempfile.TemporaryDirectory() as work:
+        report = train_heads(control, Path(work), target_folder)[EAGLE_KIND]
+    return {"gamma": ABLATION_GAMMA, "shipped_folder": Path(shipped_folder).name, "control_spec": asdict(control),
+            "shipped": summarise(shipped), "control": summarise(report),
+            "control_total_seconds": round(report["data"]["feature_seconds"] + report["training"]["seconds"]
+                                           + report["measure_seconds"], 1)}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -77,7 +110,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=REPO_DATA_DIR / "models" / ABLATION_FILE)
     parser.add_argument("--target", type=Path, default=REPO_DATA_DIR / "models" / "target")
     parser.add_argument("--quick", action="store_true", help="a few steps on a corpus slice (seconds; for tests)")
+    parser.add_argument("--control", action="store_true",
+                        help=f"train the EAGLE-1 control of the shipped EAGLE-3 layer instead (writes {CONTROL_FILE} "
+                             "beside --out's folder)")
+    parser.add_argument("--shipped", type=Path, default=REPO_DATA_DIR / "models" / "eagle3",
+                        help="with --control: the layer whose recipe the control copies (default: data/models/eagle3)")
     args = parser.parse_args(argv)
+    if args.control:
+        result = run_control(args.shipped, args.target, args.quick)
+        out = args.out.parent / CONTROL_FILE
+        out.write_text(json.dumps(result, indent=2) + "\n")
+        print(json.dumps({name: {k: result[name][k] for k in ("alpha", "per_position_acceptance", "train_seconds")}
+                          for name in ("shipped", "control")}, indent=2))
+        return
     started = time.perf_counter()
     result = run_ablation(QUICK if args.quick else ABLATION_SPEC, args.target, FUSED_LAYERS, TEST_STEPS)
     result["total_seconds"] = round(time.perf_counter() - started, 1)

@@ -22,11 +22,12 @@ ROLE = {
 }
 LOADER = {"medusa-heads": ("load_heads", "HeadsDrafter"), "eagle": ("load_eagle", "EagleDrafter")}
 LEFT_OUT = {
-    "medusa-heads": "Tree attention over the top candidates of every head (much of Medusa's speed), Medusa-2's joint "
-                    "fine-tuning of the target, and training on the target's own generations (self-distillation).",
-    "eagle": "Tree drafting (EAGLE-1's static tree, EAGLE-2's dynamic tree grown by the draft's confidence), {eagle3}"
-             "feature noise during training, and self-distilled training data.",
+    "medusa-heads": ["tree attention over the top candidates of every head (much of Medusa's speed)",
+                     "Medusa-2's joint fine-tuning of the target"],
+    "eagle": ["tree drafting (EAGLE-1's static tree, EAGLE-2's dynamic tree grown by the draft's confidence)",
+              "feature noise during training"],
 }
+SELF_DISTILLATION = "training on the target's own generations (self-distillation)"
 TRAIN_HEADS = "python -m specdec_lib train heads"  # the command that trains these drafters (its defaults: both)
 EAGLE3_PARTS = ("fusion of low, middle and high target layers",
                 "training-time test (training on its own multi-step predictions)")
@@ -42,12 +43,18 @@ def _eagle3_parts_used(architecture: dict, report: dict) -> tuple[bool, bool]:
     return len(_feature_layers(architecture)) > 1, _test_steps(report) > 1
 
 
-def _eagle3_left_out(architecture: dict, report: dict) -> str:
-    """The EAGLE-3 parts this layer was built without, as the start of its 'left out' sentence."""
-    parts = [part for part, used in zip(EAGLE3_PARTS, _eagle3_parts_used(architecture, report)) if not used]
-    if not parts:
-        return ""
-    return "EAGLE-3's " + (parts[0] if len(parts) == 1 else f"{parts[0]} and its {parts[1]}") + ", "
+def _left_out(kind: str, architecture: dict, report: dict) -> str:
+    """The card's 'what this leaves out' sentence: the kind's usual omissions, the EAGLE-3 parts an EAGLE layer was
+    built without, and self-distillation unless it trained on text the target wrote."""
+    items = list(LEFT_OUT[kind])
+    if kind == "eagle":
+        parts = [part for part, used in zip(EAGLE3_PARTS, _eagle3_parts_used(architecture, report)) if not used]
+        if parts:
+            items.append("EAGLE-3's " + (parts[0] if len(parts) == 1 else f"{parts[0]} and its {parts[1]}"))
+    if not _target_text(report["data"]):
+        items.append(SELF_DISTILLATION)
+    text = " and ".join(items) if len(items) == 2 else ", ".join(items[:-1]) + ", and " + items[-1]
+    return text[0].upper() + text[1:] + "."
 
 
 def _reproduce_lines(report: dict) -> list[str]:
@@ -72,6 +79,37 @@ def _trained_alone(spec: dict) -> bool:
 def _test_steps(report: dict) -> int:
     """The draft steps unrolled in training (1: EAGLE-1's loss alone; reports from before the option say nothing)."""
     return report["spec"].get("eagle_test_steps", 1)
+
+
+def _target_text(data: dict) -> bool:
+    """Whether the training windows are text the target wrote (reports from before the option: corpus windows)."""
+    return data.get("train_text", "corpus") == "target"
+
+
+def _windows_sentence(data: dict) -> str:
+    """What the training windows were, for the card's Data section."""
+    count, window, tokens = data["train_windows"], data["window"], f"{data['feature_tokens']:,}"
+    if not _target_text(data):
+        return f"{count} random training windows of {window} tokens ({tokens} tokens)"
+    return (f"{count} training windows of {window} tokens ({tokens} tokens), each text the target wrote itself: a "
+            f"random corpus prompt and the target's greedy continuation to the window's end (self-distillation: "
+            f"the contexts decoding meets; generating them took {data['target_text_seconds'] / 60:.1f} min)")
+
+
+def _cost_lines(report: dict) -> list[str]:
+    """The cost ratio c of the drafter and, measured beside it, the family's draft model (reports from before c
+    was measured: none)."""
+    cost = report.get("cost")
+    if cost is None:
+        return []
+    lines = ["", f"Cost ratio c, as decoding pays it (`draft_cost_ratios`): milliseconds inside the drafter's "
+                 f"`propose` per drafted token at γ = {cost['gamma']} (its forwards and bookkeeping, each generation's "
+                 f"first proposal left out), over one target forward of one new token after 64 "
+                 f"({cost['target_forward_ms']:.2f} ms); drafters and target measured in turns, medians.", "",
+             "| drafter | ms per drafted token | c |", "|---|---|---|"]
+    lines += [f"| {'this drafter' if name == report['kind'] else name} | {m['draft_ms_per_token']:.3f} | {m['c']:.3f} |"
+              for name, m in cost["drafters"].items()]
+    return lines
 
 
 def _architecture_rows(kind: str, architecture: dict, report: dict) -> list[tuple[str, str]]:
@@ -158,10 +196,10 @@ def render_head_card(folder: Path) -> str:
         f"{corpus['validation_files']} validation files, corpus sha256 `{corpus['sha256'][:16]}…`"
         + (", the corpus the target was trained on" if corpus["same_corpus_as_target"] else
            ", **not** the corpus recorded beside the target") + "), tokenizer A. "
-        f"{data['train_windows']} random training windows of {data['window']} tokens ({data['feature_tokens']:,} "
-        f"tokens) went through the frozen target once (inference mode) to get its features; "
+        + _windows_sentence(data) + " went through the frozen target once (inference mode) to get its features; "
         f"{data['validation_windows']} validation windows spread over the held-out files serve the accuracies. "
-        f"Loading the target, reading and tokenising the corpus and computing the features took "
+        "Loading the target, reading and tokenising the corpus, "
+        + ("generating the target's text " if _target_text(data) else "") + "and computing the features took "
         f"{data['feature_seconds'] / 60:.1f} min, "
         + ("for this drafter alone (it was trained by itself)." if _trained_alone(spec) else
            "shared by the heads and the EAGLE layer (one pass serves both)."),
@@ -215,6 +253,7 @@ def render_head_card(folder: Path) -> str:
         "decoding.",
         "",
         *_acceptance_lines(report),
+        *_cost_lines(report),
     ]
     reference = report.get("reference_draft_alpha")
     if reference is not None:
@@ -227,7 +266,7 @@ def render_head_card(folder: Path) -> str:
         "",
         "## What this leaves out",
         "",
-        LEFT_OUT[kind].format(eagle3=_eagle3_left_out(config["architecture"], report) if kind == "eagle" else ""),
+        _left_out(kind, config["architecture"], report),
         "",
         "## Reproduce",
         "",

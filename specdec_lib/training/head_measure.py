@@ -10,16 +10,22 @@
 - **greedy acceptance**: `speculative_generate` with the drafter on the code prompts, every round of every prompt
   pooled into one `Trace` and read by the trace functions (alpha, acceptance rate, mean acceptance length,
   per-position acceptance; `specdec_lib.core.trace`); per-prompt alpha from `summarize`.
+- **cost ratio c**, as decoding pays it (`draft_cost_ratios`): seconds inside a drafter's ``propose`` per drafted
+  token, over one target forward of one new token (`forward_cost`, the denominator of the family's c). Every
+  drafter measured in the same call, taking turns with the target, so their c are comparable side by side.
 
 Accuracies against the corpus and acceptance against the target are different numbers: greedy drafts are
 accepted when they match the *target's* choice, which the corpus token often is not.
 """
 from __future__ import annotations
 
+import statistics
+import time
+
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from ..core.drafting import Context, Drafter, TargetOutput
+from ..core.drafting import Context, Draft, Drafter, TargetOutput, WrappedDrafter
 from ..drafters.eagle import EagleDrafter, EagleModule
 from ..drafters.heads import MedusaHeads
 from ..prompts import load_prompts
@@ -28,7 +34,7 @@ from ..decoders import speculative_generate
 from ..core.trace import (Trace, acceptance_rate, mean_acceptance_length, per_position_acceptance, per_token_acceptance,
                      tokens_per_target_forward)
 from ..core.result import summarize
-from .measure import encode_prompts
+from .measure import encode_prompts, forward_cost
 
 
 def _rounded(values: torch.Tensor) -> list[float]:
@@ -104,3 +110,52 @@ def greedy_acceptance(target: PreTrainedModel, drafter: Drafter, prompts: list[t
             "alpha_per_prompt": [_round(summarize(result)["alpha"], 3) for result in results],
         }
     return numbers
+
+
+class _ProposeClock(WrappedDrafter):
+    """Records ``(seconds, drafted tokens)`` of every ``propose`` call after the first of each generation (the first
+    one also reads the whole prompt: a prefill, not a draft step)."""
+
+    def __init__(self, inner: Drafter) -> None:
+        super().__init__(inner)
+        self.calls: list[tuple[float, int]] = []
+        self._first = True
+
+    def begin(self, context: Context, **limits) -> None:
+        self._first = True
+        self.inner.begin(context, **limits)
+
+    def propose(self, context: Context, sampling, generator) -> Draft:
+        start = time.perf_counter()
+        draft = self.inner.propose(context, sampling, generator)
+        if not self._first:
+            self.calls.append((time.perf_counter() - start, len(draft)))
+        self._first = False
+        return draft
+
+
+def draft_cost_ratios(target: PreTrainedModel, drafters: dict[str, Drafter], prompts: list[torch.Tensor], gamma: int,
+                      new_tokens: int, turns: int = 3) -> dict:
+    """The cost ratio c of each drafter as decoding pays it, measured side by side.
+
+    c = (seconds inside ``propose`` per drafted token, greedy `speculative_generate` on ``prompts`` at ``gamma``,
+    each generation's first proposal left out: it reads the prompt) / (median seconds of one target forward of one
+    new token after the first 64 tokens of the first prompt, `forward_cost`). Drafting includes all a drafter does
+    per round (its forwards, argmax, cache crops), so c here is at least its bare forward's ratio. The target and
+    the drafters take ``turns`` turns so a busy moment hits all alike; each c is the median over the turns.
+
+    Returns ``{"gamma", "target_forward_ms", "drafters": {name: {"draft_ms_per_token", "c"}}}``."""
+    context = prompts[0][:, :64]
+    target_seconds, per_token = [], {name: [] for name in drafters}
+    for _ in range(turns):
+        target_seconds.append(forward_cost(target, context, repeats=20))
+        for name, drafter in drafters.items():
+            clock = _ProposeClock(drafter)
+            for prompt in prompts:
+                speculative_generate(target, clock, prompt, gamma=gamma, max_new_tokens=new_tokens)
+            per_token[name].append(sum(s for s, _ in clock.calls) / sum(n for _, n in clock.calls))
+    target_s = statistics.median(target_seconds)
+    ratios = {name: statistics.median(values) / target_s for name, values in per_token.items()}
+    return {"gamma": gamma, "target_forward_ms": round(1e3 * target_s, 3),
+            "drafters": {name: {"draft_ms_per_token": round(1e3 * statistics.median(per_token[name]), 3),
+                                "c": round(ratios[name], 4)} for name in drafters}}

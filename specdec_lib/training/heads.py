@@ -5,7 +5,10 @@ target's features on corpus windows, computed once (``torch.inference_mode``: no
 24 target layers) and shared by the two trainings, which then only run their own small modules:
 
     windows    random windows of the training split (tokenizer A, the family's train/validation split:
-               `collect_stdlib_sources` / `split_files` / the family's tokenisation, reused, not copied)
+               `collect_stdlib_sources` / `split_files` / the family's tokenisation, reused, not copied), or
+               with ``--train-text target`` text the target wrote itself: each window a random corpus prompt of
+               ``target_text_prompt`` tokens and the target's greedy continuation to the window's end
+               (`specdec_lib.training.target_text`; self-distillation: the contexts met when decoding)
     features   h: [W, T, D] float32, the target's post-norm hidden states at the first T tokens of each window
     Medusa     head j on h_t -> x_{t+1+j}: cross-entropy per head, weighted head_decay ** (j - 1) (Medusa-1)
     EAGLE      (h_t, x_{t+1}) -> h^_{t+1}: smooth L1 against h_{t+1} + eagle_cls_weight x the cross-entropy
@@ -48,8 +51,10 @@ from ..loading import load_model_folder
 from ..core.paths import REPO_DATA_DIR
 from .corpus import collect_stdlib_sources, corpus_manifest, split_files
 from .head_cards import TRAIN_HEADS, write_head_card
-from .head_measure import code_prompts, eagle_accuracy, greedy_acceptance, medusa_accuracy
+from ..drafters.draft_model import DraftModelDrafter
+from .head_measure import code_prompts, draft_cost_ratios, eagle_accuracy, greedy_acceptance, medusa_accuracy
 from .model_training import lr_at, optimizer_step, sample_windows
+from .target_text import target_text_stream
 from .tokenizer_training import tokenize_texts
 
 REPORT_FILE = "training_report.json"
@@ -80,6 +85,8 @@ class HeadsSpec:
     eagle_step_decay: float = 0.8  # step j's loss weight eagle_step_decay ** (j - 1)
     eagle_feature_layers: tuple[int, ...] = LAST_HIDDEN  # the target's hidden states the EAGLE layer reads (EAGLE-3: a
     # low, a middle and the last); the heads read the last one
+    train_text: str = "corpus"  # "corpus": random corpus windows; "target": the target's own greedy continuations
+    target_text_prompt: int = 64  # with train_text "target": the corpus tokens each continuation starts from
     kinds: tuple[str, ...] = ("medusa-heads", "eagle")  # which drafters to train
     eval_steps: int = 4  # EAGLE drafting steps measured at each validation position
     max_files: int | None = None
@@ -92,7 +99,10 @@ FULL = HeadsSpec(num_heads=4, eagle_intermediate=512, train_windows=512, window=
                  eagle_eval_windows=8, acceptance_prompts=None, new_tokens=48, eagle_gammas=(3, 4, 5))
 QUICK = HeadsSpec(num_heads=3, eagle_intermediate=64, train_windows=6, window=32, val_windows=2, medusa_steps=3,
                   eagle_steps=3, batch_windows=2, learning_rate=1e-3, warmup_steps=1, eagle_eval_windows=1,
-                  acceptance_prompts=2, new_tokens=8, eagle_gammas=(3,), max_files=12, threads=1)
+                  acceptance_prompts=2, new_tokens=8, eagle_gammas=(3,), target_text_prompt=8, max_files=12, threads=1)
+TRAIN_TEXTS = ("corpus", "target")
+TARGET_TEXT_BATCH = 128  # continuations generated together (the family's batch for its target text)
+COST_PROMPTS = 4  # code prompts the cost ratio c is timed on
 
 
 def target_features(target: PreTrainedModel, windows: torch.Tensor, batch: int = 8,
@@ -225,6 +235,19 @@ def eagle_loss(module: EagleModule, features: torch.Tensor, tokens: torch.Tensor
     return total, parts
 
 
+def _training_windows(target: PreTrainedModel, train_tokens: torch.Tensor, spec: HeadsSpec) -> torch.Tensor:
+    """The ``spec.train_windows`` training windows, LongTensor[W, T + 1] (T = ``spec.window``): random windows of
+    ``train_tokens`` (the tokenised training split), or with ``train_text == "target"`` one text the target wrote
+    per window: a random ``target_text_prompt``-token corpus window, the target's greedy continuation to T tokens,
+    and its EOS (only ever a label)."""
+    if spec.train_text == "corpus":
+        return sample_windows(train_tokens, spec.train_windows, spec.window + 1, torch.Generator().manual_seed(spec.seed))
+    stream = target_text_stream(target, train_tokens, sequences=spec.train_windows, prompt_tokens=spec.target_text_prompt,
+                                new_tokens=spec.window - spec.target_text_prompt, batch_size=TARGET_TEXT_BATCH,
+                                seed=spec.seed)
+    return stream.view(spec.train_windows, spec.window + 1)
+
+
 def _round_to_fp16(module: torch.nn.Module) -> None:
     """Round the weights in place to float16 values (kept float32): measure exactly what ships."""
     with torch.no_grad():
@@ -248,53 +271,122 @@ def _write(folder: Path, kind: str, module: torch.nn.Module, architecture: dict,
     write_head_card(folder)
 
 
-def train_heads(spec: HeadsSpec, out_dir: Path, target_folder: Path, eagle_name: str = EAGLE_KIND,
-                command: str | None = None) -> dict[str, dict]:
-    """Train the drafters of ``spec.kinds`` for the model in ``target_folder`` into ``out_dir/heads`` and
-    ``out_dir/<eagle_name>`` (default ``eagle``); the reports record ``command`` (default: `reproduce_command`).
-
-    Returns their training reports (also written beside the weights). Runs on ``spec.threads`` threads (the
-    caller's setting is restored afterwards)."""
-    with torch_threads(spec.threads):
-        return _train_both(spec, Path(out_dir), Path(target_folder), eagle_name,
-                           command or reproduce_command(spec, eagle_name))
+#: The spec fields that decide the training data (everything else only decides what is trained on it).
+DATA_FIELDS = ("train_windows", "window", "val_windows", "train_text", "target_text_prompt", "max_files", "seed")
 
 
-def _train_both(spec: HeadsSpec, out_dir: Path, target_folder: Path, eagle_name: str, command: str) -> dict[str, dict]:
+@dataclass(frozen=True)
+class FeatureData:
+    """The frozen target and its features on the training and validation windows, computed once by
+    `feature_data` and shared by every drafter trained on them (the heads and the EAGLE layer; the ablation's
+    four variants).
+
+    ``folder``: the target's model folder; ``features: [W, T, H * D]`` / ``val_features: [V, T, H * D]`` hold the target's hidden states at ``layers``
+    side by side (the last D columns: the post-norm last layer); ``windows: [W, T + 1]`` / ``val: [V, T + 1]`` the
+    tokens; ``source``: the spec's `DATA_FIELDS` they were made with; ``report``: what every training report says
+    about the target, corpus and data."""
+
+    folder: Path  # the target's model folder
+    target: PreTrainedModel
+    tokenizer: object
+    windows: torch.Tensor
+    val: torch.Tensor
+    features: torch.Tensor
+    val_features: torch.Tensor
+    layers: tuple[int, ...]
+    source: dict
+    report: dict
+
+    def columns(self, features: torch.Tensor, layers: tuple[int, ...]) -> torch.Tensor:
+        """The blocks of ``features`` (``self.features`` or ``self.val_features``) that hold ``layers``, in order:
+        ``[..., len(layers) * D]``."""
+        width = self.target.config.hidden_size
+        missing = [layer for layer in layers if layer not in self.layers]
+        if missing:
+            raise ConfigError(f"These features hold the target's layers {list(self.layers)}, not {missing}: compute "
+                              "them with every layer the drafters read (feature_data(spec, ..., layers=...)).")
+        if tuple(layers) == self.layers:
+            return features
+        blocks = [features[..., i * width : (i + 1) * width] for i in map(self.layers.index, layers)]
+        return blocks[0] if len(blocks) == 1 else torch.cat(blocks, dim=-1)
+
+
+def feature_data(spec: HeadsSpec, target_folder: Path, layers: tuple[int, ...] | None = None) -> FeatureData:
+    """Load the model in ``target_folder``, make ``spec``'s training windows (corpus windows, or text the target
+    writes: `_training_windows`) and validation windows, and compute the target's features at ``layers`` (default:
+    ``spec.eagle_feature_layers``; pass the union of several specs' layers to share one pass). Runs on the
+    caller's threads."""
     started = time.perf_counter()
+    target_folder = Path(target_folder)
     target, tokenizer = load_model_folder(target_folder, device="cpu")
     target.requires_grad_(False)
-    fingerprint = target_fingerprint(target, name=Path(target_folder).name)
+    layers = check_feature_layers(spec.eagle_feature_layers if layers is None else layers, target)  # end with -1
     train_tokens, val_tokens, manifest = _corpus(tokenizer, spec)
-    shipped_manifest = Path(target_folder).parent / "corpus_manifest.json"
+    shipped_manifest = target_folder.parent / "corpus_manifest.json"
     same_corpus = shipped_manifest.is_file() and json.loads(shipped_manifest.read_text())["sha256"] == manifest["sha256"]
-    measurements = Path(target_folder).parent / "measurements.json"  # the family's: the draft model's alpha, for scale
+    measurements = target_folder.parent / "measurements.json"  # the family's: the draft model's alpha, for scale
     reference = json.loads(measurements.read_text())["agreement"]["code"]["alpha"] if measurements.is_file() else None
 
-    windows = sample_windows(train_tokens, spec.train_windows, spec.window + 1, torch.Generator().manual_seed(spec.seed))
+    text_started = time.perf_counter()
+    windows = _training_windows(target, train_tokens, spec)  # [W, T + 1]
+    text_seconds = round(time.perf_counter() - text_started, 1)
     val = spread_windows(val_tokens, spec.val_windows, spec.window + 1)
-    layers = check_feature_layers(spec.eagle_feature_layers, target)  # before any training: they end with -1
     features = target_features(target, windows, layers=layers)  # [W, T, H * D]
     val_features = target_features(target, val, layers=layers)
-    last = target.config.hidden_size  # the heads read the last layer's features: the last D columns
     feature_seconds = round(time.perf_counter() - started, 1)
     print(f"features: {windows.numel():,} training + {val.numel():,} validation tokens in {feature_seconds:.0f}s",
           flush=True)
-
-    lm_head = target.get_output_embeddings()
-    prompts = code_prompts(tokenizer, spec.acceptance_prompts)
-    common = {
-        "target": fingerprint,
+    report = {
+        "target": target_fingerprint(target, name=target_folder.name),
         "corpus": {"sha256": manifest["sha256"], "train_files": manifest["train_files"],
                    "validation_files": manifest["validation_files"], "train_tokens": train_tokens.numel(),
                    "validation_tokens": val_tokens.numel(), "same_corpus_as_target": same_corpus},
-        "spec": asdict(spec),
         "data": {"train_windows": spec.train_windows, "window": spec.window, "feature_tokens": windows.numel(),
-                 "validation_windows": spec.val_windows, "feature_seconds": feature_seconds},
-        "threads": spec.threads, "torch": torch.__version__, "python": platform.python_version(),
+                 "validation_windows": spec.val_windows, "feature_seconds": feature_seconds,
+                 "train_text": spec.train_text, "target_text_seconds": text_seconds},
         "reference_draft_alpha": reference,
-        "command": command,
     }
+    return FeatureData(target_folder, target, tokenizer, windows, val, features, val_features, layers,
+                       {field: getattr(spec, field) for field in DATA_FIELDS}, report)
+
+
+def train_heads(spec: HeadsSpec, out_dir: Path, target_folder: Path, eagle_name: str = EAGLE_KIND,
+                command: str | None = None, data: FeatureData | None = None) -> dict[str, dict]:
+    """Train the drafters of ``spec.kinds`` for the model in ``target_folder`` into ``out_dir/heads`` and
+    ``out_dir/<eagle_name>`` (default ``eagle``); the reports record ``command`` (default: `reproduce_command`).
+
+    ``data``: features already computed by `feature_data` with the same data fields (`DATA_FIELDS`) and the
+    spec's layers among theirs (default: computed here). Returns the training reports (also written beside the
+    weights). Runs on ``spec.threads`` threads (the caller's setting is restored afterwards)."""
+    with torch_threads(spec.threads):
+        if data is None:
+            data = feature_data(spec, target_folder)
+        source = {field: getattr(spec, field) for field in DATA_FIELDS}
+        if source != data.source:
+            raise ConfigError(f"These features were made with {data.source}, not this spec's {source}: compute "
+                              "them with feature_data(spec, ...) for this spec.")
+        return _train_both(spec, Path(out_dir), data, eagle_name, command or reproduce_command(spec, eagle_name))
+
+
+def _train_both(spec: HeadsSpec, out_dir: Path, data: FeatureData, eagle_name: str, command: str) -> dict[str, dict]:
+    started = time.perf_counter()
+    target, windows, val = data.target, data.windows, data.val
+    layers = check_feature_layers(spec.eagle_feature_layers, target)
+    features, val_features = data.columns(data.features, layers), data.columns(data.val_features, layers)
+    last_features, last_val_features = data.columns(data.features, LAST_HIDDEN), data.columns(data.val_features, LAST_HIDDEN)
+    fingerprint = data.report["target"]
+
+    lm_head = target.get_output_embeddings()
+    prompts = code_prompts(data.tokenizer, spec.acceptance_prompts)
+    draft_folder = data.folder.parent / "draft"  # the family's draft model: its c measured beside, for scale
+    reference_drafter = DraftModelDrafter(load_model_folder(draft_folder, device="cpu")[0]) if draft_folder.is_dir() else None
+
+    def cost(name: str, drafter, gamma: int) -> dict:
+        drafters = {name: drafter} | ({"draft model": reference_drafter} if reference_drafter is not None else {})
+        return draft_cost_ratios(target, drafters, prompts[:COST_PROMPTS], gamma, spec.new_tokens)
+
+    common = {**data.report, "spec": asdict(spec), "threads": spec.threads, "torch": torch.__version__,
+              "python": platform.python_version(), "command": command}
     reports = {}
 
     if HEADS_KIND in spec.kinds:
@@ -302,14 +394,15 @@ def _train_both(spec: HeadsSpec, out_dir: Path, target_folder: Path, eagle_name:
         heads = MedusaHeads(spec.num_heads, target.config.hidden_size)
         log: list[dict] = []
         training = _train_loop(heads, spec.medusa_steps, spec, lambda i: medusa_loss(
-            heads, lm_head, features[i][..., -last:], windows[i], spec.head_decay), len(windows), "medusa", log)
+            heads, lm_head, last_features[i], windows[i], spec.head_decay), len(windows), "medusa", log)
         _round_to_fp16(heads)
         measure_start = time.perf_counter()
         drafter = HeadsDrafter(heads, target)
         reports[HEADS_KIND] = {**common, "kind": HEADS_KIND, "training": training, "log": log,
-                               "validation": medusa_accuracy(heads, lm_head, val_features[..., -last:], val),
+                               "validation": medusa_accuracy(heads, lm_head, last_val_features, val),
                                "acceptance": greedy_acceptance(target, drafter, prompts, (spec.num_heads,),
                                                                spec.new_tokens),
+                               "cost": cost(HEADS_KIND, drafter, spec.num_heads),
                                "measure_seconds": round(time.perf_counter() - measure_start, 1)}
         _write(out_dir / "heads", HEADS_KIND, heads, heads.architecture, fingerprint, reports[HEADS_KIND])
 
@@ -332,16 +425,18 @@ def _train_both(spec: HeadsSpec, out_dir: Path, target_folder: Path, eagle_name:
                                                             val[: spec.eagle_eval_windows], spec.eval_steps),
                                "acceptance": greedy_acceptance(target, drafter, prompts, spec.eagle_gammas,
                                                                spec.new_tokens),
+                               "cost": cost(EAGLE_KIND, drafter, max(spec.eagle_gammas)),
                                "measure_seconds": round(time.perf_counter() - measure_start, 1)}
         _write(out_dir / eagle_name, EAGLE_KIND, module, architecture, fingerprint, reports[EAGLE_KIND])
-    print(f"done in {(time.perf_counter() - started) / 60:.1f} min", flush=True)
+    print(f"trained and measured in {(time.perf_counter() - started) / 60:.1f} min", flush=True)
     return reports
 
 
 #: The spec fields `main` sets from the command line, and their options.
 SPEC_OPTIONS = {"eagle_feature_layers": "--eagle-feature-layers", "eagle_test_steps": "--eagle-test-steps",
                 "eagle_regression_weight": "--eagle-regression-weight", "eagle_cls_weight": "--eagle-cls-weight",
-                "eagle_steps": "--eagle-steps", "train_windows": "--train-windows", "threads": "--threads"}
+                "eagle_steps": "--eagle-steps", "train_windows": "--train-windows", "window": "--window",
+                "train_text": "--train-text", "threads": "--threads"}
 
 
 def reproduce_command(spec: HeadsSpec, eagle_name: str = EAGLE_KIND, quick: bool = False) -> str:
@@ -395,12 +490,18 @@ def main(argv: list[str] | None = None) -> None:
                         help="EAGLE optimiser steps (default: the spec's)")
     parser.add_argument("--train-windows", type=int, default=None, metavar="W",
                         help="corpus windows whose target features are computed for training (default: the spec's)")
+    parser.add_argument("--window", type=int, default=None, metavar="T",
+                        help="tokens of features per training window (default: the spec's, 256)")
+    parser.add_argument("--train-text", choices=TRAIN_TEXTS, default=None,
+                        help="corpus: random corpus windows (default); target: each window a corpus prompt and the "
+                             "target's own greedy continuation to the window's end (self-distillation)")
     parser.add_argument("--eagle-name", default=EAGLE_KIND, metavar="FOLDER",
                         help="the EAGLE layer's folder under --out (default: eagle)")
     args = parser.parse_args(argv)
-    for option, value in (("--eagle-steps", args.eagle_steps), ("--train-windows", args.train_windows)):
+    for option, value in (("--eagle-steps", args.eagle_steps), ("--train-windows", args.train_windows),
+                          ("--window", args.window)):
         if value is not None:
-            check_count(option, value, minimum=1, hint="It counts optimiser steps or corpus windows.")
+            check_count(option, value, minimum=1, hint="It counts optimiser steps, windows or tokens per window.")
     if args.eagle_test_steps is not None:
         check_count("--eagle-test-steps", args.eagle_test_steps, minimum=1,
                     hint="1 trains EAGLE-1's one-step loss; 2 to 4 unroll that many draft steps.")
@@ -414,4 +515,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.only is not None:
         chosen["kinds"] = (args.only,)
     spec = replace(QUICK if args.quick else FULL, **{field: value for field, value in chosen.items() if value is not None})
+    if spec.train_text == "target" and spec.window <= spec.target_text_prompt:
+        raise ConfigError(f"--train-text target continues a {spec.target_text_prompt}-token corpus prompt to the "
+                          f"window's end, so --window must be more than {spec.target_text_prompt}, got {spec.window}.")
     train_heads(spec, args.out, args.target, args.eagle_name, reproduce_command(spec, args.eagle_name, args.quick))
