@@ -23,7 +23,8 @@ from specdec_lib.drafters.eagle import EagleDrafter, EagleModule, eagle_architec
 from specdec_lib.training.cli import main as train_main
 from specdec_lib.training.head_cards import render_head_card
 from specdec_lib.training.head_measure import _ProposeClock, draft_cost_ratios
-from specdec_lib.training.heads import QUICK, feature_data, reproduce_command, train_heads
+from specdec_lib.training.head_data import feature_data
+from specdec_lib.training.heads import QUICK, reproduce_command, train_heads
 from specdec_lib.decoders import speculative_generate
 
 TARGET = data_dir() / "models" / "target"

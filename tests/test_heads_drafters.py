@@ -48,7 +48,8 @@ from specdec_lib.core.sampling import GREEDY, SamplingConfig, logits_to_probs
 from specdec_lib.core.stats import bucket_counts, chi_square_gof, total_variation
 from specdec_lib.training.cli import main as train_main
 from specdec_lib.training.head_cards import render_head_card
-from specdec_lib.training.heads import eagle_loss, medusa_loss, target_features
+from specdec_lib.training.head_data import target_features
+from specdec_lib.training.heads import eagle_loss, medusa_loss
 from specdec_lib.core.verify import residual_distribution
 
 GAMMAS = (1, 2, 4, 8)

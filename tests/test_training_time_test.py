@@ -28,7 +28,8 @@ from specdec_lib.drafters import EagleModule
 from specdec_lib.drafters.eagle import eagle_architecture
 from specdec_lib.training.cli import main as train_main
 from specdec_lib.training.head_cards import render_head_card
-from specdec_lib.training.heads import (HeadsSpec, draft_step_attention, eagle_loss, reproduce_command, target_features,
+from specdec_lib.training.head_data import target_features
+from specdec_lib.training.heads import (HeadsSpec, draft_step_attention, eagle_loss, reproduce_command,
                                        unrolled_predictions)
 
 STEPS = 3

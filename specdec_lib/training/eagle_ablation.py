@@ -36,7 +36,8 @@ from pathlib import Path
 
 from ..core.devices import torch_threads
 from ..core.paths import REPO_DATA_DIR
-from .heads import EAGLE_KIND, FULL, QUICK, REPORT_FILE, HeadsSpec, feature_data, train_heads
+from .head_data import feature_data
+from .heads import EAGLE_KIND, FULL, QUICK, REPORT_FILE, HeadsSpec, train_heads
 
 ABLATION_FILE = "eagle_ablation.json"
 CONTROL_FILE = "eagle3_control.json"

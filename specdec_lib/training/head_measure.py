@@ -153,7 +153,11 @@ def draft_cost_ratios(target: PreTrainedModel, drafters: dict[str, Drafter], pro
             clock = _ProposeClock(drafter)
             for prompt in prompts:
                 speculative_generate(target, clock, prompt, gamma=gamma, max_new_tokens=new_tokens)
-            per_token[name].append(sum(s for s, _ in clock.calls) / sum(n for _, n in clock.calls))
+            drafted = sum(n for _, n in clock.calls)
+            if drafted == 0:
+                raise ValueError(f"{name} drafted nothing after its first proposal on these prompts, so its cost per "
+                                 "drafted token is undefined: time it on longer generations (new_tokens).")
+            per_token[name].append(sum(s for s, _ in clock.calls) / drafted)
     target_s = statistics.median(target_seconds)
     ratios = {name: statistics.median(values) / target_s for name, values in per_token.items()}
     return {"gamma": gamma, "target_forward_ms": round(1e3 * target_s, 3),

@@ -1,15 +1,9 @@
 """Train Medusa heads and an EAGLE layer on the *frozen* embedded target: ``python -m specdec_lib train heads``.
 
-Both drafters read the target's last hidden states (after its final norm), so their training data is the
-target's features on corpus windows, computed once (``torch.inference_mode``: no graph, no gradient through the
-24 target layers) and shared by the two trainings, which then only run their own small modules:
+Both drafters read the target's hidden states, so their training data is the target's features on windows of
+text (corpus windows, or with ``--train-text target`` text the target wrote itself), computed once and shared by
+the trainings, which then only run their own small modules (`specdec_lib.training.head_data`):
 
-    windows    random windows of the training split (tokenizer A, the family's train/validation split:
-               `collect_stdlib_sources` / `split_files` / the family's tokenisation, reused, not copied), or
-               with ``--train-text target`` text the target wrote itself: each window a random corpus prompt of
-               ``target_text_prompt`` tokens and the target's greedy continuation to the window's end
-               (`specdec_lib.training.target_text`; self-distillation: the contexts met when decoding)
-    features   h: [W, T, D] float32, the target's post-norm hidden states at the first T tokens of each window
     Medusa     head j on h_t -> x_{t+1+j}: cross-entropy per head, weighted head_decay ** (j - 1) (Medusa-1)
     EAGLE      (h_t, x_{t+1}) -> h^_{t+1}: smooth L1 against h_{t+1} + eagle_cls_weight x the cross-entropy
                between the target's next-token distribution at t+1 and the LM head's on h^_{t+1} (EAGLE-1); with
@@ -19,9 +13,9 @@ target's features on corpus windows, computed once (``torch.inference_mode``: no
 The target's embedding and LM head are used, never trained: the heads' and the layer's files hold their own
 weights only. Both train with AdamW and the family's warm-up + cosine schedule, seeded. After training, weights
 are rounded to float16 (the format that ships) and measured on the validation split and the code prompts
-(`specdec_lib.training.head_measure`); each folder gets ``config.json`` (architecture + the target's
-fingerprint), ``model.safetensors``, ``training_report.json`` and a ``README.md`` rendered from the report
-(`specdec_lib.training.head_cards`).
+(`specdec_lib.training.head_measure`: acceptance, and the cost ratio c beside the draft model's); each folder gets
+``config.json`` (architecture + the target's fingerprint), ``model.safetensors``, ``training_report.json`` and a
+``README.md`` rendered from the report (`specdec_lib.training.head_cards`).
 """
 from __future__ import annotations
 
@@ -30,102 +24,35 @@ import json
 import platform
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from transformers import PreTrainedModel
 
+from ..core.caches import new_cache
 from ..core.devices import torch_threads
 from ..core.errors import ConfigError
+from ..core.forward import LAST_HIDDEN
+from ..core.paths import REPO_DATA_DIR
 from ..core.validation import check_count
-from ..core.forward import LAST_HIDDEN, select_hidden
+from ..drafters.draft_model import DraftModelDrafter
 from ..drafters.eagle import EagleDrafter, EagleModule, check_feature_layers, eagle_architecture
 from ..drafters.eagle import KIND as EAGLE_KIND
-from ..drafters.frozen_target import WEIGHTS_FILE, save_drafter, target_fingerprint
+from ..drafters.frozen_target import WEIGHTS_FILE, save_drafter
 from ..drafters.heads import KIND as HEADS_KIND
 from ..drafters.heads import HeadsDrafter, MedusaHeads
-from ..core.caches import new_cache
 from ..loading import load_model_folder
-from ..core.paths import REPO_DATA_DIR
-from .corpus import collect_stdlib_sources, corpus_manifest, split_files
 from .head_cards import TRAIN_HEADS, write_head_card
-from ..drafters.draft_model import DraftModelDrafter
+from .head_data import DATA_FIELDS, FeatureData, feature_data
+from .head_spec import FULL, QUICK, TRAIN_TEXTS, HeadsSpec
 from .head_measure import code_prompts, draft_cost_ratios, eagle_accuracy, greedy_acceptance, medusa_accuracy
-from .model_training import lr_at, optimizer_step, sample_windows
-from .target_text import target_text_stream
-from .tokenizer_training import tokenize_texts
+from .model_training import lr_at, optimizer_step
 
 REPORT_FILE = "training_report.json"
 
 
-@dataclass(frozen=True)
-class HeadsSpec:
-    """What to train (K heads, the EAGLE layer's MLP width), on how much data, how long, and how to measure."""
-
-    num_heads: int  # K Medusa heads (drafting proposes at most K tokens per round)
-    eagle_intermediate: int  # MLP width of the EAGLE decoder layer
-    train_windows: int  # W windows of the training split whose target features are computed once
-    window: int  # T tokens of features per window (T + 1 tokens are read: the last one is only a label)
-    val_windows: int  # validation windows (spread evenly over the split) for the accuracies
-    medusa_steps: int
-    eagle_steps: int
-    batch_windows: int  # windows per optimiser step
-    learning_rate: float
-    warmup_steps: int
-    eagle_eval_windows: int  # validation windows on which EAGLE drafts greedily at every position
-    acceptance_prompts: int | None  # first N code prompts for the acceptance runs (None: all of them)
-    new_tokens: int  # generated per prompt in the acceptance runs
-    eagle_gammas: tuple[int, ...]
-    head_decay: float = 0.8  # head j's loss weight head_decay ** (j - 1) (Medusa's lambda)
-    eagle_cls_weight: float = 0.1  # EAGLE-1's weight of the classification loss
-    eagle_regression_weight: float = 1.0  # weight of the feature regression (EAGLE-1: 1; EAGLE-3 drops it: 0)
-    eagle_test_steps: int = 1  # draft steps unrolled in training (training-time test; 1: EAGLE-1's loss alone)
-    eagle_step_decay: float = 0.8  # step j's loss weight eagle_step_decay ** (j - 1)
-    eagle_feature_layers: tuple[int, ...] = LAST_HIDDEN  # the target's hidden states the EAGLE layer reads (EAGLE-3: a
-    # low, a middle and the last); the heads read the last one
-    train_text: str = "corpus"  # "corpus": random corpus windows; "target": the target's own greedy continuations
-    target_text_prompt: int = 64  # with train_text "target": the corpus tokens each continuation starts from
-    kinds: tuple[str, ...] = ("medusa-heads", "eagle")  # which drafters to train
-    eval_steps: int = 4  # EAGLE drafting steps measured at each validation position
-    max_files: int | None = None
-    seed: int = 1234
-    threads: int = 2
-
-
-FULL = HeadsSpec(num_heads=4, eagle_intermediate=512, train_windows=512, window=256, val_windows=32,
-                 medusa_steps=300, eagle_steps=400, batch_windows=12, learning_rate=3e-3, warmup_steps=20,
-                 eagle_eval_windows=8, acceptance_prompts=None, new_tokens=48, eagle_gammas=(3, 4, 5))
-QUICK = HeadsSpec(num_heads=3, eagle_intermediate=64, train_windows=6, window=32, val_windows=2, medusa_steps=3,
-                  eagle_steps=3, batch_windows=2, learning_rate=1e-3, warmup_steps=1, eagle_eval_windows=1,
-                  acceptance_prompts=2, new_tokens=8, eagle_gammas=(3,), target_text_prompt=8, max_files=12, threads=1)
-TRAIN_TEXTS = ("corpus", "target")
-TARGET_TEXT_BATCH = 128  # continuations generated together (the family's batch for its target text)
 COST_PROMPTS = 4  # code prompts the cost ratio c is timed on
-
-
-def target_features(target: PreTrainedModel, windows: torch.Tensor, batch: int = 8,
-                    layers: tuple[int, ...] = LAST_HIDDEN) -> torch.Tensor:
-    """The target's hidden states ``[W, T, H * D]`` (float32) at the first T tokens of ``windows: LongTensor[W, T +
-    1]``, those of the H ``layers`` side by side (`run_model`'s indices; default: the post-norm last layer, the LM
-    head's input), ``batch`` windows a forward.
-
-    Computed under ``inference_mode`` (no graph through the target), returned as an ordinary tensor that the
-    small modules' training graphs may save."""
-    decoder, inputs = target.get_decoder(), windows[:, :-1]
-    blocks = []
-    with torch.inference_mode():
-        for i in range(0, inputs.shape[0], batch):
-            output = decoder(input_ids=inputs[i : i + batch], use_cache=False, output_hidden_states=True)
-            blocks.append(select_hidden(output.hidden_states, layers).float())
-    return torch.cat(blocks).clone()
-
-
-def spread_windows(tokens: torch.Tensor, count: int, length: int) -> torch.Tensor:
-    """``count`` windows of ``length`` tokens spread evenly over ``tokens`` (1-D): LongTensor[count, length]."""
-    starts = torch.linspace(0, tokens.numel() - length, count).long().tolist()
-    return torch.stack([tokens[s : s + length] for s in starts]).long()
 
 
 def _train_loop(module: torch.nn.Module, steps: int, spec: HeadsSpec, batch_loss: Callable[[torch.Tensor], tuple],
@@ -235,32 +162,11 @@ def eagle_loss(module: EagleModule, features: torch.Tensor, tokens: torch.Tensor
     return total, parts
 
 
-def _training_windows(target: PreTrainedModel, train_tokens: torch.Tensor, spec: HeadsSpec) -> torch.Tensor:
-    """The ``spec.train_windows`` training windows, LongTensor[W, T + 1] (T = ``spec.window``): random windows of
-    ``train_tokens`` (the tokenised training split), or with ``train_text == "target"`` one text the target wrote
-    per window: a random ``target_text_prompt``-token corpus window, the target's greedy continuation to T tokens,
-    and its EOS (only ever a label)."""
-    if spec.train_text == "corpus":
-        return sample_windows(train_tokens, spec.train_windows, spec.window + 1, torch.Generator().manual_seed(spec.seed))
-    stream = target_text_stream(target, train_tokens, sequences=spec.train_windows, prompt_tokens=spec.target_text_prompt,
-                                new_tokens=spec.window - spec.target_text_prompt, batch_size=TARGET_TEXT_BATCH,
-                                seed=spec.seed)
-    return stream.view(spec.train_windows, spec.window + 1)
-
-
 def _round_to_fp16(module: torch.nn.Module) -> None:
     """Round the weights in place to float16 values (kept float32): measure exactly what ships."""
     with torch.no_grad():
         for parameter in module.parameters():
             parameter.copy_(parameter.half().float())
-
-
-def _corpus(tokenizer, spec: HeadsSpec) -> tuple[torch.Tensor, torch.Tensor, dict]:
-    """(train tokens, validation tokens, manifest): the family's corpus and split, tokenised like the family's."""
-    train_files, val_files = split_files(collect_stdlib_sources(max_files=spec.max_files))
-    manifest = corpus_manifest(train_files, val_files)
-    return (tokenize_texts(tokenizer, [f.text for f in train_files]),
-            tokenize_texts(tokenizer, [f.text for f in val_files]), manifest)
 
 
 def _write(folder: Path, kind: str, module: torch.nn.Module, architecture: dict, fingerprint: dict, report: dict) -> None:
@@ -269,85 +175,6 @@ def _write(folder: Path, kind: str, module: torch.nn.Module, architecture: dict,
     report["weights_bytes"] = (folder / WEIGHTS_FILE).stat().st_size
     (folder / REPORT_FILE).write_text(json.dumps(report, indent=2) + "\n")
     write_head_card(folder)
-
-
-#: The spec fields that decide the training data (everything else only decides what is trained on it).
-DATA_FIELDS = ("train_windows", "window", "val_windows", "train_text", "target_text_prompt", "max_files", "seed")
-
-
-@dataclass(frozen=True)
-class FeatureData:
-    """The frozen target and its features on the training and validation windows, computed once by
-    `feature_data` and shared by every drafter trained on them (the heads and the EAGLE layer; the ablation's
-    four variants).
-
-    ``folder``: the target's model folder; ``features: [W, T, H * D]`` / ``val_features: [V, T, H * D]`` hold the target's hidden states at ``layers``
-    side by side (the last D columns: the post-norm last layer); ``windows: [W, T + 1]`` / ``val: [V, T + 1]`` the
-    tokens; ``source``: the spec's `DATA_FIELDS` they were made with; ``report``: what every training report says
-    about the target, corpus and data."""
-
-    folder: Path  # the target's model folder
-    target: PreTrainedModel
-    tokenizer: object
-    windows: torch.Tensor
-    val: torch.Tensor
-    features: torch.Tensor
-    val_features: torch.Tensor
-    layers: tuple[int, ...]
-    source: dict
-    report: dict
-
-    def columns(self, features: torch.Tensor, layers: tuple[int, ...]) -> torch.Tensor:
-        """The blocks of ``features`` (``self.features`` or ``self.val_features``) that hold ``layers``, in order:
-        ``[..., len(layers) * D]``."""
-        width = self.target.config.hidden_size
-        missing = [layer for layer in layers if layer not in self.layers]
-        if missing:
-            raise ConfigError(f"These features hold the target's layers {list(self.layers)}, not {missing}: compute "
-                              "them with every layer the drafters read (feature_data(spec, ..., layers=...)).")
-        if tuple(layers) == self.layers:
-            return features
-        blocks = [features[..., i * width : (i + 1) * width] for i in map(self.layers.index, layers)]
-        return blocks[0] if len(blocks) == 1 else torch.cat(blocks, dim=-1)
-
-
-def feature_data(spec: HeadsSpec, target_folder: Path, layers: tuple[int, ...] | None = None) -> FeatureData:
-    """Load the model in ``target_folder``, make ``spec``'s training windows (corpus windows, or text the target
-    writes: `_training_windows`) and validation windows, and compute the target's features at ``layers`` (default:
-    ``spec.eagle_feature_layers``; pass the union of several specs' layers to share one pass). Runs on the
-    caller's threads."""
-    started = time.perf_counter()
-    target_folder = Path(target_folder)
-    target, tokenizer = load_model_folder(target_folder, device="cpu")
-    target.requires_grad_(False)
-    layers = check_feature_layers(spec.eagle_feature_layers if layers is None else layers, target)  # end with -1
-    train_tokens, val_tokens, manifest = _corpus(tokenizer, spec)
-    shipped_manifest = target_folder.parent / "corpus_manifest.json"
-    same_corpus = shipped_manifest.is_file() and json.loads(shipped_manifest.read_text())["sha256"] == manifest["sha256"]
-    measurements = target_folder.parent / "measurements.json"  # the family's: the draft model's alpha, for scale
-    reference = json.loads(measurements.read_text())["agreement"]["code"]["alpha"] if measurements.is_file() else None
-
-    text_started = time.perf_counter()
-    windows = _training_windows(target, train_tokens, spec)  # [W, T + 1]
-    text_seconds = round(time.perf_counter() - text_started, 1)
-    val = spread_windows(val_tokens, spec.val_windows, spec.window + 1)
-    features = target_features(target, windows, layers=layers)  # [W, T, H * D]
-    val_features = target_features(target, val, layers=layers)
-    feature_seconds = round(time.perf_counter() - started, 1)
-    print(f"features: {windows.numel():,} training + {val.numel():,} validation tokens in {feature_seconds:.0f}s",
-          flush=True)
-    report = {
-        "target": target_fingerprint(target, name=target_folder.name),
-        "corpus": {"sha256": manifest["sha256"], "train_files": manifest["train_files"],
-                   "validation_files": manifest["validation_files"], "train_tokens": train_tokens.numel(),
-                   "validation_tokens": val_tokens.numel(), "same_corpus_as_target": same_corpus},
-        "data": {"train_windows": spec.train_windows, "window": spec.window, "feature_tokens": windows.numel(),
-                 "validation_windows": spec.val_windows, "feature_seconds": feature_seconds,
-                 "train_text": spec.train_text, "target_text_seconds": text_seconds},
-        "reference_draft_alpha": reference,
-    }
-    return FeatureData(target_folder, target, tokenizer, windows, val, features, val_features, layers,
-                       {field: getattr(spec, field) for field in DATA_FIELDS}, report)
 
 
 def train_heads(spec: HeadsSpec, out_dir: Path, target_folder: Path, eagle_name: str = EAGLE_KIND,
