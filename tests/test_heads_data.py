@@ -128,3 +128,17 @@ def test_a_report_gives_back_the_spec_and_command_it_was_trained_with():
     spec = eagle_ablation.spec_of(report)
     assert spec.eagle_feature_layers == tuple(report["spec"]["eagle_feature_layers"])
     assert reproduce_command(spec, "eagle3") == report["command"]
+
+
+def test_the_stored_control_matches_the_shipped_eagle3():
+    """Retraining eagle3 without re-running the control would leave notebook 05 comparing another layer."""
+    from dataclasses import asdict
+
+    from specdec_lib.training import eagle_ablation
+
+    stored = json.loads((data_dir() / "models" / eagle_ablation.CONTROL_FILE).read_text())
+    shipped = json.loads((data_dir() / "models" / "eagle3" / "training_report.json").read_text())
+    assert stored["shipped"] == eagle_ablation.summarise(shipped)
+    recipe = replace(eagle_ablation.spec_of(shipped), eagle_feature_layers=(-1,), eagle_test_steps=1)
+    assert stored["control_spec"] == json.loads(json.dumps(asdict(recipe)))
+    assert stored["control"]["feature_layers"] == [-1] and stored["control"]["test_steps"] == 1

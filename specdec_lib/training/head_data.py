@@ -28,8 +28,8 @@ from ..drafters.eagle import check_feature_layers
 from ..drafters.frozen_target import target_fingerprint
 from ..loading import load_model_folder
 from .corpus import collect_stdlib_sources, corpus_manifest, split_files
-from .model_training import sample_windows
 from .head_spec import HeadsSpec
+from .model_training import sample_windows
 from .target_text import target_text_stream
 from .tokenizer_training import tokenize_texts
 
