@@ -22,7 +22,8 @@ from specdec_lib.decoders import autoregressive_generate
 from specdec_lib.drafters.eagle import EagleDrafter, EagleModule, eagle_architecture
 from specdec_lib.training.cli import main as train_main
 from specdec_lib.training.head_cards import render_head_card
-from specdec_lib.training.head_measure import _ProposeClock, draft_cost_ratios
+from specdec_lib.bench.profiling import TimedDrafter
+from specdec_lib.training.head_measure import draft_cost_ratios
 from specdec_lib.training.head_data import feature_data
 from specdec_lib.training.heads import QUICK, reproduce_command, train_heads
 from specdec_lib.decoders import speculative_generate
@@ -77,12 +78,13 @@ def test_training_on_target_text_from_the_command_line_and_its_card(tmp_path):
 
 def test_the_cost_clock_leaves_out_each_generations_first_proposal(sharp_tiny_pair):
     target = sharp_tiny_pair[0]
-    clock = _ProposeClock(EagleDrafter(EagleModule(eagle_architecture(target), target)))
+    clock = TimedDrafter(EagleDrafter(EagleModule(eagle_architecture(target), target)))
     prompt = torch.tensor([[3, 4, 5, 6]])
     results = [speculative_generate(target, clock, prompt, gamma=3, max_new_tokens=12) for _ in range(2)]
     proposals = [sum(1 for record in result.trace.rounds if record.drafted > 0) for result in results]
-    assert len(clock.calls) == sum(proposals) - 2
-    assert all(seconds > 0 and 0 <= drafted <= 3 for seconds, drafted in clock.calls)
+    steps = [(seconds, drafted) for seconds, drafted, first in clock.calls if not first]
+    assert len(steps) == sum(proposals) - 2
+    assert all(seconds > 0 and 0 <= drafted <= 3 for seconds, drafted in steps)
 
 
 def test_c_is_measured_for_each_drafter_side_by_side(sharp_tiny_pair):

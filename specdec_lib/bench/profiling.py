@@ -94,22 +94,33 @@ def profile_method(
 
 class TimedDrafter(WrappedDrafter):
     """A thin wrapper that times another drafter's public calls: seconds inside ``propose`` and ``accept`` (device
-    synchronized before and after each), and the number of ``propose`` calls (one per verification round). Every
-    other call and attribute (``cache``, ``model``) is the wrapped drafter's."""
+    synchronized before and after each), and the number of ``propose`` calls (one per verification round).
+    ``calls`` keeps every proposal as ``(seconds, drafted tokens, first of its generation)``: the first proposal
+    after ``begin`` also reads the whole prompt, a prefill rather than a draft step. Every other call and attribute
+    (``cache``, ``model``) is the wrapped drafter's."""
 
     def __init__(self, inner: Drafter, device: torch.device | str = "cpu") -> None:
         super().__init__(inner)
         self.sync_device = torch.device(device)
         self.propose_seconds = self.accept_seconds = 0.0
         self.proposals = 0
+        self.calls: list[tuple[float, int, bool]] = []
+        self._first = True
+
+    def begin(self, context: Context, **limits) -> None:
+        self._first = True
+        self.inner.begin(context, **limits)
 
     def propose(self, context: Context, sampling: SamplingConfig, generator: torch.Generator | None) -> Draft:
         synchronize(self.sync_device)
         start = time.perf_counter()
         draft = self.inner.propose(context, sampling, generator)
         synchronize(self.sync_device)
-        self.propose_seconds += time.perf_counter() - start
+        seconds = time.perf_counter() - start
+        self.propose_seconds += seconds
         self.proposals += 1
+        self.calls.append((seconds, len(draft), self._first))
+        self._first = False
         return draft
 
     def accept(self, context: Context) -> None:

@@ -33,9 +33,10 @@ The constants, and why:
 Calibration: a reviewer's walkthrough of three notebooks at a careful learner's pace took 100-120 minutes for
 05, 120-150 for 06 and 80-100 for 07 (`REVIEWED_MINUTES`). The constants above are round values inside the
 range that puts all three, as they were then (`REVIEWED_CONTENT`, counted at `REVIEWED_AT`), inside those
-intervals with the widest margin; tests/test_learner_time.py checks that they still do. The notebooks have grown
-since (05's EAGLE-3 section and fourth exercise), and their estimates follow the same constants. Core minutes (everything but the exercises) are rounded to 5 minutes, because the estimate
-is not more precise than that and because the execution time changes a little with every run.
+intervals with the widest margin; tests/test_learner_time.py checks that they still do. A notebook that grows
+past what was reviewed keeps the same constants. Core minutes (everything but the exercises) are rounded to 5
+minutes, because the estimate is not more precise than that and because the execution time changes a little with
+every run.
 """
 
 from __future__ import annotations

@@ -119,18 +119,20 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.control:
         result = run_control(args.shipped, args.target, args.quick)
-        out = args.out.parent / CONTROL_FILE
-        out.write_text(json.dumps(result, indent=2) + "\n")
-        print(json.dumps({name: {k: result[name][k] for k in ("alpha", "per_position_acceptance", "train_seconds")}
-                          for name in ("shipped", "control")}, indent=2))
+        _write(args.out.parent / CONTROL_FILE, result, {name: result[name] for name in ("shipped", "control")})
         return
     started = time.perf_counter()
     result = run_ablation(QUICK if args.quick else ABLATION_SPEC, args.target, FUSED_LAYERS, TEST_STEPS)
     result["total_seconds"] = round(time.perf_counter() - started, 1)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    _write(args.out, result, result["runs"])
+
+
+def _write(path: Path, result: dict, runs: dict[str, dict]) -> None:
+    """Write ``result`` as JSON to ``path`` and print each of ``runs``' alpha, per-position acceptance and time."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps({name: {k: run[k] for k in ("alpha", "per_position_acceptance", "train_seconds")}
-                      for name, run in result["runs"].items()}, indent=2))
+                      for name, run in runs.items()}, indent=2))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from .head_measure import COST_CONTEXT
+
 TITLE = {"medusa-heads": "Medusa heads", "eagle": "EAGLE layer"}
 ROLE = {
     "medusa-heads": "K extra heads on the *frozen* embedded target (Medusa-1): head j maps the target's last hidden "
@@ -104,7 +106,7 @@ def _cost_lines(report: dict) -> list[str]:
         return []
     lines = ["", f"Cost ratio c, as decoding pays it (`draft_cost_ratios`): milliseconds inside the drafter's "
                  f"`propose` per drafted token at γ = {cost['gamma']} (its forwards and bookkeeping, each generation's "
-                 f"first proposal left out), over one target forward of one new token after 64 "
+                 f"first proposal left out), over one target forward of one new token after {COST_CONTEXT} "
                  f"({cost['target_forward_ms']:.2f} ms); drafters and target measured in turns, medians.", "",
              "| drafter | ms per drafted token | c |", "|---|---|---|"]
     lines += [f"| {'this drafter' if name == report['kind'] else name} | {m['draft_ms_per_token']:.3f} | {m['c']:.3f} |"

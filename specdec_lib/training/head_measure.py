@@ -20,12 +20,12 @@ accepted when they match the *target's* choice, which the corpus token often is 
 from __future__ import annotations
 
 import statistics
-import time
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from ..core.drafting import Context, Draft, Drafter, TargetOutput, WrappedDrafter
+from ..bench.profiling import TimedDrafter
+from ..core.drafting import Context, Drafter, TargetOutput
 from ..drafters.eagle import EagleDrafter, EagleModule
 from ..drafters.heads import MedusaHeads
 from ..prompts import load_prompts
@@ -35,6 +35,8 @@ from ..core.trace import (Trace, acceptance_rate, mean_acceptance_length, per_po
                      tokens_per_target_forward)
 from ..core.result import summarize
 from .measure import encode_prompts, forward_cost
+
+COST_CONTEXT = 64  # c's denominator: one target forward of one new token after this many
 
 
 def _rounded(values: torch.Tensor) -> list[float]:
@@ -112,52 +114,32 @@ def greedy_acceptance(target: PreTrainedModel, drafter: Drafter, prompts: list[t
     return numbers
 
 
-class _ProposeClock(WrappedDrafter):
-    """Records ``(seconds, drafted tokens)`` of every ``propose`` call after the first of each generation (the first
-    one also reads the whole prompt: a prefill, not a draft step)."""
-
-    def __init__(self, inner: Drafter) -> None:
-        super().__init__(inner)
-        self.calls: list[tuple[float, int]] = []
-        self._first = True
-
-    def begin(self, context: Context, **limits) -> None:
-        self._first = True
-        self.inner.begin(context, **limits)
-
-    def propose(self, context: Context, sampling, generator) -> Draft:
-        start = time.perf_counter()
-        draft = self.inner.propose(context, sampling, generator)
-        if not self._first:
-            self.calls.append((time.perf_counter() - start, len(draft)))
-        self._first = False
-        return draft
-
-
 def draft_cost_ratios(target: PreTrainedModel, drafters: dict[str, Drafter], prompts: list[torch.Tensor], gamma: int,
                       new_tokens: int, turns: int = 3) -> dict:
     """The cost ratio c of each drafter as decoding pays it, measured side by side.
 
     c = (seconds inside ``propose`` per drafted token, greedy `speculative_generate` on ``prompts`` at ``gamma``,
-    each generation's first proposal left out: it reads the prompt) / (median seconds of one target forward of one
-    new token after the first 64 tokens of the first prompt, `forward_cost`). Drafting includes all a drafter does
-    per round (its forwards, argmax, cache crops), so c here is at least its bare forward's ratio. The target and
+    each generation's first proposal left out: it reads the prompt; `TimedDrafter`) / (median seconds of one
+    target forward of one new token after the first `COST_CONTEXT` tokens of the first prompt, `forward_cost`).
+    Drafting includes all a drafter does per round (its forwards, argmax, cache crops), so c here is at least its
+    bare forward's ratio. The target and
     the drafters take ``turns`` turns so a busy moment hits all alike; each c is the median over the turns.
 
     Returns ``{"gamma", "target_forward_ms", "drafters": {name: {"draft_ms_per_token", "c"}}}``."""
-    context = prompts[0][:, :64]
+    context = prompts[0][:, :COST_CONTEXT]
     target_seconds, per_token = [], {name: [] for name in drafters}
     for _ in range(turns):
         target_seconds.append(forward_cost(target, context, repeats=20))
         for name, drafter in drafters.items():
-            clock = _ProposeClock(drafter)
+            timed = TimedDrafter(drafter, target.device)
             for prompt in prompts:
-                speculative_generate(target, clock, prompt, gamma=gamma, max_new_tokens=new_tokens)
-            drafted = sum(n for _, n in clock.calls)
+                speculative_generate(target, timed, prompt, gamma=gamma, max_new_tokens=new_tokens)
+            steps = [(seconds, drafted) for seconds, drafted, first in timed.calls if not first]
+            drafted = sum(n for _, n in steps)
             if drafted == 0:
                 raise ValueError(f"{name} drafted nothing after its first proposal on these prompts, so its cost per "
                                  "drafted token is undefined: time it on longer generations (new_tokens).")
-            per_token[name].append(sum(s for s, _ in clock.calls) / drafted)
+            per_token[name].append(sum(s for s, _ in steps) / drafted)
     target_s = statistics.median(target_seconds)
     ratios = {name: statistics.median(values) / target_s for name, values in per_token.items()}
     return {"gamma": gamma, "target_forward_ms": round(1e3 * target_s, 3),
