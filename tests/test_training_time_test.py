@@ -112,25 +112,28 @@ def test_training_the_eagle_layer_alone_with_test_steps(tmp_path):
         train_main(["heads", "--quick", "--eagle-test-steps", "0", "--out", str(tmp_path)])
 
 
-def test_loss_weights_training_length_and_folder_are_options(tmp_path):
+def test_loss_weights_training_length_learning_rate_and_folder_are_options(tmp_path):
     train_main(["heads", "--quick", "--only", "eagle", "--eagle-regression-weight", "0", "--eagle-cls-weight", "1",
-                "--eagle-steps", "2", "--train-windows", "4", "--eagle-name", "eagle3", "--out", str(tmp_path)])
+                "--eagle-steps", "2", "--train-windows", "4", "--learning-rate", "0.006", "--eagle-name", "eagle3",
+                "--out", str(tmp_path)])
     folder = tmp_path / "eagle3"
     report = json.loads((folder / "training_report.json").read_text())
     spec = report["spec"]
     assert (spec["eagle_regression_weight"], spec["eagle_cls_weight"]) == (0.0, 1.0)
     assert report["training"]["steps"] == 2 and report["data"]["train_windows"] == 4
+    assert spec["learning_rate"] == 0.006
     assert report["command"] == reproduce_command(HeadsSpec(**{**spec, "kinds": tuple(spec["kinds"]),
                                                                "eagle_gammas": tuple(spec["eagle_gammas"]),
                                                                "eagle_feature_layers": (-1,)}), "eagle3", quick=True)
     assert report["command"] == ("python -m specdec_lib train heads --quick --only eagle --eagle-regression-weight 0.0 "
-                                 "--eagle-cls-weight 1.0 --eagle-steps 2 --train-windows 4 --eagle-name eagle3")
+                                 "--eagle-cls-weight 1.0 --eagle-steps 2 --train-windows 4 --learning-rate 0.006 "
+                                 "--eagle-name eagle3")
     card = (folder / "README.md").read_text()
     assert card == render_head_card(folder)
     assert "no feature regression, as in EAGLE-3" in card and report["command"] in card
     assert card.startswith("# EAGLE layer") and "(EAGLE-1 style)" in card  # neither fused nor unrolled
     for option, value in (("--eagle-regression-weight", "-1"), ("--eagle-cls-weight", "nan"), ("--eagle-steps", "0"),
-                          ("--train-windows", "0")):
+                          ("--train-windows", "0"), ("--learning-rate", "0"), ("--learning-rate", "2")):
         with pytest.raises(ConfigError, match=option):
             train_main(["heads", "--quick", option, value, "--out", str(tmp_path)])
 

@@ -263,7 +263,7 @@ def _train_both(spec: HeadsSpec, out_dir: Path, data: FeatureData, eagle_name: s
 SPEC_OPTIONS = {"eagle_feature_layers": "--eagle-feature-layers", "eagle_test_steps": "--eagle-test-steps",
                 "eagle_regression_weight": "--eagle-regression-weight", "eagle_cls_weight": "--eagle-cls-weight",
                 "eagle_steps": "--eagle-steps", "train_windows": "--train-windows", "window": "--window",
-                "train_text": "--train-text", "threads": "--threads"}
+                "train_text": "--train-text", "learning_rate": "--learning-rate", "threads": "--threads"}
 
 
 def reproduce_command(spec: HeadsSpec, eagle_name: str = EAGLE_KIND, quick: bool = False) -> str:
@@ -322,6 +322,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--train-text", choices=TRAIN_TEXTS, default=None,
                         help="corpus: random corpus windows (default); target: each window a corpus prompt and the "
                              "target's own greedy continuation to the window's end (self-distillation)")
+    parser.add_argument("--learning-rate", type=float, default=None, metavar="LR",
+                        help="peak learning rate of both trainings (default: the spec's, 0.003)")
     parser.add_argument("--eagle-name", default=EAGLE_KIND, metavar="FOLDER",
                         help="the EAGLE layer's folder under --out (default: eagle)")
     args = parser.parse_args(argv)
@@ -336,6 +338,9 @@ def main(argv: list[str] | None = None) -> None:
                           ("--eagle-cls-weight", args.eagle_cls_weight)):
         if value is not None and not value >= 0:
             raise ConfigError(f"{option} is a loss weight and must be 0 or more, got {value}.")
+    if args.learning_rate is not None and not 0 < args.learning_rate < 1:
+        raise ConfigError(f"--learning-rate is AdamW's peak step size, between 0 and 1 (e.g. 0.006), got "
+                          f"{args.learning_rate}.")
     chosen = {field: getattr(args, option[2:].replace("-", "_")) for field, option in SPEC_OPTIONS.items()}
     if args.eagle_feature_layers is not None:
         chosen["eagle_feature_layers"] = parse_layers(args.eagle_feature_layers)
