@@ -102,10 +102,17 @@ class TimedDrafter(WrappedDrafter):
     def __init__(self, inner: Drafter, device: torch.device | str = "cpu") -> None:
         super().__init__(inner)
         self.sync_device = torch.device(device)
-        self.propose_seconds = self.accept_seconds = 0.0
-        self.proposals = 0
+        self.accept_seconds = 0.0
         self.calls: list[tuple[float, int, bool]] = []
         self._first = True
+
+    @property
+    def propose_seconds(self) -> float:
+        return sum(seconds for seconds, _, _ in self.calls)
+
+    @property
+    def proposals(self) -> int:
+        return len(self.calls)
 
     def begin(self, context: Context, **limits) -> None:
         self._first = True
@@ -116,10 +123,7 @@ class TimedDrafter(WrappedDrafter):
         start = time.perf_counter()
         draft = self.inner.propose(context, sampling, generator)
         synchronize(self.sync_device)
-        seconds = time.perf_counter() - start
-        self.propose_seconds += seconds
-        self.proposals += 1
-        self.calls.append((seconds, len(draft), self._first))
+        self.calls.append((time.perf_counter() - start, len(draft), self._first))
         self._first = False
         return draft
 

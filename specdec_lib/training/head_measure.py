@@ -122,8 +122,8 @@ def draft_cost_ratios(target: PreTrainedModel, drafters: dict[str, Drafter], pro
     each generation's first proposal left out: it reads the prompt; `TimedDrafter`) / (median seconds of one
     target forward of one new token after the first `COST_CONTEXT` tokens of the first prompt, `forward_cost`).
     Drafting includes all a drafter does per round (its forwards, argmax, cache crops), so c here is at least its
-    bare forward's ratio. The target and
-    the drafters take ``turns`` turns so a busy moment hits all alike; each c is the median over the turns.
+    bare forward's ratio. The target and the drafters take ``turns`` turns so a busy moment hits all alike; each c
+    is the median over the turns.
 
     Returns ``{"gamma", "target_forward_ms", "drafters": {name: {"draft_ms_per_token", "c"}}}``."""
     context = prompts[0][:, :COST_CONTEXT]
