@@ -40,9 +40,11 @@ from specdec_lib import (EagleDrafter, HeadsDrafter, autoregressive_generate, lo
                          speculative_generate)
 from specdec_lib.drafters import EagleModule, MedusaHeads
 from specdec_lib.drafters.eagle import default_eagle_folder, eagle3_folder, eagle_architecture
+from specdec_lib.drafters.eagle_runner import EagleRunner
 from specdec_lib.drafters.frozen_target import target_fingerprint
 from specdec_lib.drafters.heads import default_heads_folder
-from specdec_lib.core.errors import ConfigError, ModelNotFoundError
+from specdec_lib.core.caches import cache_length, crop_cache, new_cache
+from specdec_lib.core.errors import ConfigError, ContextOverflowError, ModelNotFoundError
 from specdec_lib.prompts import TASKS
 from specdec_lib.core.sampling import GREEDY, SamplingConfig, logits_to_probs
 from specdec_lib.core.stats import bucket_counts, chi_square_gof, total_variation
@@ -141,12 +143,38 @@ def test_tiny_greedy_is_token_identical(tiny_target, tiny_modules, expected_gree
             assert all(r.drafted <= min(gamma, 3 if kind == "heads" else gamma) for r in result.trace.rounds)
 
 
-@pytest.mark.parametrize("weights", ["random", "trained"])
-def test_the_eagle_preallocated_cache_gives_the_same_tokens(tiny_target, tiny_modules, expected_greedy, weights):
-    preallocated = EagleDrafter(tiny_modules["eagle"][weights], cache_kind="preallocated")
-    result = speculative_generate(tiny_target, preallocated, OTHER_PROMPT, gamma=8, max_new_tokens=40,
-                                  eos_token_id=None)
-    assert result.new_token_list == expected_greedy[1, 40, None]
+@pytest.mark.parametrize("kind, kv_heads", [("eagle", None), ("eagle3", None), ("eagle", 1)])
+def test_the_draft_time_runner_computes_the_module_forward(tiny_target, kind, kv_heads):
+    """`EagleRunner` (what drafting runs) against `EagleModule.forward` on a transformers cache (what training
+    runs), through a block of true pairs, single drafted steps, a rollback and another block. The tiny target has two
+    query heads per key/value head; ``kv_heads=1``: four."""
+    torch.manual_seed(2)
+    architecture = eagle_architecture(tiny_target, feature_layers=FUSED_LAYERS if kind == "eagle3" else (-1,))
+    if kv_heads is not None:
+        architecture["num_key_value_heads"] = kv_heads
+    module = EagleModule(architecture, tiny_target).eval()
+    for parameter in module.parameters():
+        torch.nn.init.normal_(parameter, std=0.3)
+    runner, cache = EagleRunner(module, 40), new_cache(module)
+    width = tiny_target.config.hidden_size
+    features, next_ids = torch.randn(20, width), torch.randint(0, 64, (20,))
+    with torch.inference_mode():
+        for start, stop, keep in ((0, 7, 7), (7, 8, 8), (8, 9, 9), (9, 10, 8), (8, 13, 13), (13, 14, 14)):
+            expected = module(features[None, start:stop], next_ids[None, start:stop], cache)[0]
+            torch.testing.assert_close(runner.forward(features[start:stop], next_ids[start:stop]), expected)
+            runner.crop(keep)
+            crop_cache(cache, keep)
+            assert runner.length == cache_length(cache) == keep
+
+
+def test_the_draft_time_runner_refuses_positions_past_its_storage(tiny_target, tiny_modules):
+    runner = EagleRunner(tiny_modules["eagle"]["random"], 6)
+    width = tiny_target.config.hidden_size
+    runner.forward(torch.zeros(4, width), torch.zeros(4, dtype=torch.long))
+    with pytest.raises(ContextOverflowError, match="holds 6"):
+        runner.forward(torch.zeros(3, width), torch.zeros(3, dtype=torch.long))
+    with pytest.raises(ContextOverflowError, match="positions"):
+        EagleRunner(tiny_modules["eagle"]["random"], TINY_CONTEXT + 1)
 
 
 def test_trained_tiny_drafters_are_accepted_and_rejected(tiny_target, tiny_modules):

@@ -19,7 +19,9 @@ Drafting, with the committed sequence ``x_1 .. x_L``: the target has reported th
 own KV cache over those *true* pairs, feeds the new ones in one forward, and its output at position ``L-1`` is
 ``h^_L`` -> ``d_1``. Then it autoregresses on its *own* features: the pair ``(h^_L, d_1)`` -> ``h^_{L+1}`` -> ``d_2``,
 and so on: k drafts cost k forwards of one layer. `accept` crops the cache back to the true pairs (the drafted
-pairs hold predicted features, which the target's real ones replace at the next round).
+pairs hold predicted features, which the target's real ones replace at the next round). Drafting runs the layer
+through `EagleRunner` (`specdec_lib.drafters.eagle_runner`): the same math with fused projections and a
+pre-allocated cache, because at this size a draft step's cost is mostly the framework's bookkeeping.
 
 EAGLE-3 (Li et al. 2025) changes two things, both available here. The true feature of a committed position can be a
 *fusion* of several target layers (``feature_layers``, e.g. a low, a middle and the last: their hidden states side
@@ -45,11 +47,11 @@ from transformers import LlamaConfig, PreTrainedModel
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRMSNorm, LlamaRotaryEmbedding
 
 from ..core.errors import ConfigError
-from ..core.caches import crop_cache, new_cache
 from ..core.forward import LAST_HIDDEN, num_layers, run_layers
 from ..core.paths import data_dir
 from ..core.drafting import Context, Draft, Drafter, TargetOutput
 from ..core.sampling import SamplingConfig, draw
+from .eagle_runner import EagleRunner
 from .frozen_target import load_drafter
 
 KIND = "eagle"
@@ -163,8 +165,8 @@ class EagleModule(nn.Module):
 class EagleDrafter(Drafter):
     """Draft with an `EagleModule`, autoregressing on its own predicted features (module docstring).
 
-    Keeps a KV cache over the committed positions whose true target features it has read; `accept` rolls back
-    the drafted ones (`crop_cache`). Greedy: argmax, ``probs=None``; sampling: each draft drawn from
+    Keeps a KV cache over the committed positions whose true target features it has read (an `EagleRunner`, made
+    per generation); `accept` rolls back the drafted ones. Greedy: argmax, ``probs=None``; sampling: each draft drawn from
     ``logits_to_probs(logits, sampling)``, those rows (over the target's ids) reported as ``probs``.
     """
 
@@ -172,30 +174,31 @@ class EagleDrafter(Drafter):
     proposes_target_ids = True  # argmax or samples over the target's own LM head
     wants_target_hidden = True
 
-    def __init__(self, module: EagleModule, cache_kind: str = "dynamic") -> None:
-        self.module, self.cache_kind = module, cache_kind
-        self.cache = None
+    def __init__(self, module: EagleModule) -> None:
+        self.module = module
+        self.runner: EagleRunner | None = None
         self._pending: list[torch.Tensor] = []  # [n, D] blocks: true features not yet fed to the cache
         self._observed = 0  # positions whose true feature the target reported this generation
         self._fed = 0  # true pairs in the cache (positions 0 .. fed - 1); drafted pairs sit after them
 
     @classmethod
-    def load(cls, folder: str | Path, target: PreTrainedModel, cache_kind: str = "dynamic") -> "EagleDrafter":
+    def load(cls, folder: str | Path, target: PreTrainedModel) -> "EagleDrafter":
         """The EAGLE layer saved in ``folder`` (config.json + float16 model.safetensors), on ``target``'s device
         and dtype, after checking that it was trained for ``target`` (`ConfigError` otherwise)."""
         architecture, state = load_drafter(Path(folder), KIND, target, WHAT)
         module = EagleModule(architecture, target)
         module.load_state_dict(state)
         parameter = next(target.parameters())
-        return cls(module.to(device=parameter.device, dtype=parameter.dtype).eval(), cache_kind)
+        return cls(module.to(device=parameter.device, dtype=parameter.dtype).eval())
 
     @property
     def device(self) -> torch.device:  # type: ignore[override]
         return self.module.device
 
     def begin(self, context: Context, *, max_length: int | None = None, target_vocab_size: int | None = None) -> None:
-        """An empty cache sized for ``max_length`` positions; no features observed yet."""
-        self.cache = new_cache(self.module, self.cache_kind, max_len=max_length)
+        """An empty cache sized for ``max_length`` positions (default: the layer's context); no features observed
+        yet."""
+        self.runner = EagleRunner(self.module, max_length or self.module.config.max_position_embeddings)
         self._pending, self._observed, self._fed = [], 0, 0
 
     @property
@@ -214,7 +217,7 @@ class EagleDrafter(Drafter):
         """Up to ``context.k`` drafts after the committed sequence: feed the new true pairs, then autoregress."""
         sequence, k = context.sequence, context.k
         length = sequence.shape[1]
-        if self.cache is None or self._observed != length - 1:
+        if self.runner is None or self._observed != length - 1:
             raise ConfigError(
                 f"EagleDrafter drafts from the target's hidden states, which cover {self._observed} positions, but "
                 f"the sequence has {length} tokens (they must cover all but the last). Run it through "
@@ -224,11 +227,11 @@ class EagleDrafter(Drafter):
             return Draft.empty(1, self.device)
         dtype = self.module.fc.weight.dtype
         # 0-based: the new true pairs (h_i, x_{i+1}) for i = fed .. L-2; the output at position L-2 is h^_{L-1}
-        states = torch.cat(self._pending).to(device=self.device, dtype=dtype)[None]  # [1, P, H * D]
-        features = self.module.fuse_features(states)  # [1, P, D]: the features of positions fed .. L-2
-        next_ids = sequence[:, self._fed + 1 : length].to(self.device)  # [1, P]: x_{fed+1} .. x_{L-1}
+        states = torch.cat(self._pending).to(device=self.device, dtype=dtype)  # [P, H * D]
+        features = self.module.fuse_features(states)  # [P, D]: the features of positions fed .. L-2
+        next_ids = sequence[0, self._fed + 1 : length].to(self.device)  # [P]: x_{fed+1} .. x_{L-1}
         self._pending = []
-        predicted = self.module(features, next_ids, self.cache)[0, -1]  # [D]: h^_{L-1}, whose LM head gives d_1
+        predicted = self.runner.forward(features, next_ids)[-1]  # [D]: h^_{L-1}, whose LM head gives d_1
         self._fed = length - 1
         tokens: list[torch.Tensor] = []
         rows: list[torch.Tensor] = []  # sampling only: the q rows
@@ -238,14 +241,14 @@ class EagleDrafter(Drafter):
             if q is not None:
                 rows.append(q)
             if step + 1 < k:  # the last draft is never fed: nothing would read its output
-                predicted = self.module(predicted.view(1, 1, -1), token.view(1, 1), self.cache)[0, -1]
+                predicted = self.runner.forward(predicted.view(1, -1), token.view(1))[0]
         return Draft(tokens=torch.stack(tokens), probs=torch.stack(rows) if rows else None, forwards=k)
 
     def accept(self, context: Context) -> None:
         """Drop the drafted pairs: keep the true ones (the target's features of the accepted drafts arrive through
         `observe_target` and are fed at the next `propose`)."""
-        if self.cache is not None:
-            crop_cache(self.cache, self._fed)
+        if self.runner is not None:
+            self.runner.crop(self._fed)
 
 
 def default_eagle_folder() -> Path:
@@ -259,7 +262,7 @@ def eagle3_folder() -> Path:
     return data_dir() / "models" / "eagle3"
 
 
-def load_eagle(target: PreTrainedModel, folder: str | Path | None = None, cache_kind: str = "dynamic") -> EagleDrafter:
+def load_eagle(target: PreTrainedModel, folder: str | Path | None = None) -> EagleDrafter:
     """`EagleDrafter.load` of ``folder`` (default: the shipped layer, trained for the embedded target; the
     EAGLE-3-style one is in `eagle3_folder`)."""
-    return EagleDrafter.load(default_eagle_folder() if folder is None else folder, target, cache_kind)
+    return EagleDrafter.load(default_eagle_folder() if folder is None else folder, target)
