@@ -99,10 +99,13 @@ DRAFTERS: dict[str, DrafterRow] = {row.name: row for row in (
 )}
 
 #: The gammas each drafter runs at by default: short drafts for the model drafters (every drafted token costs a
-#: forward; `python -m specdec_lib bench tuning` sweeps them), longer drafts for the model-free ones (a wrong
-#: copied token costs little when drafting is free).
-DEFAULT_GAMMAS = {"draft-model": (3, 5), "cross-tokenizer": (3,), "prompt-lookup": (4, 8), "prompt-lookup-latest": (8,),
-                  "suffix": (8,), "early-exit": (3, 5), "medusa-heads": (3,), "eagle": (3, 5), "eagle3": (3, 5)}
+#: forward; `python -m specdec_lib bench tuning` sweeps them), up to 7 for the cheapest of them, whose later
+#: positions are still often accepted (a CPU's matrix kernels work on blocks of rows, so verifying 8 tokens need not
+#: cost more than 6 or 7), longer drafts for the model-free ones (a wrong copied token costs little when drafting is
+#: free). The draft model's gammas are its transformers twin's too.
+DEFAULT_GAMMAS = {"draft-model": (3, 5, 7), "cross-tokenizer": (3,), "prompt-lookup": (4, 8),
+                  "prompt-lookup-latest": (8,), "suffix": (8,), "early-exit": (3, 5), "medusa-heads": (3,),
+                  "eagle": (3, 5, 7), "eagle3": (3, 5, 7)}
 DEFAULT_TASKS = TASKS
 
 
