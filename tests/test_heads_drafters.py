@@ -11,7 +11,8 @@ the tests run them through `speculative_generate` only:
   are reproduced by both, and a variant of each that reports the untempered q is caught, with stated power;
 - the shipped folders load, stay small, and their cards are exactly what `render_head_card` renders from their JSON;
 - a model they were not trained for (a tiny model; the shipped draft model, whose shapes match) is refused;
-- ``python -m specdec_lib train heads --quick`` runs end to end into a temporary folder.
+- ``python -m specdec_lib train heads --quick`` runs end to end into a temporary folder, and ``--measure-cost``
+  measures its EAGLE layer's c again, rewriting its report's cost (nothing else) and its card.
 """
 
 import copy
@@ -390,3 +391,14 @@ def test_quick_training_runs_end_to_end(shipped, encoded_prompts, tmp_path):
         assert (folder / "README.md").read_text() == render_head_card(folder)
         drafter = loader(target, folder)
         assert speculative_generate(target, drafter, ids, gamma=3, max_new_tokens=8).new_token_list == expected
+    folder = tmp_path / "eagle"
+    trained = json.loads((folder / "training_report.json").read_text())
+    train_main(["heads", "--measure-cost", str(folder)])
+    report = json.loads((folder / "training_report.json").read_text())
+    assert report["cost"]["remeasured"] and report["cost"]["gamma"] == trained["cost"]["gamma"]
+    assert set(report["cost"]["drafters"]) == set(trained["cost"]["drafters"]) == {"eagle", "draft model"}
+    assert report | {"cost": trained["cost"]} == trained  # nothing else rewritten
+    card = (folder / "README.md").read_text()
+    assert card == render_head_card(folder) and "measured again after training" in card
+    with pytest.raises(ConfigError, match="has none"):
+        train_main(["heads", "--measure-cost", str(tmp_path)])

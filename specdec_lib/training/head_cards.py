@@ -104,10 +104,11 @@ def _cost_lines(report: dict) -> list[str]:
     cost = report.get("cost")
     if cost is None:
         return []
+    again = " (measured again after training: `train heads --measure-cost`)" if cost.get("remeasured") else ""
     lines = ["", f"Cost ratio c, as decoding pays it (`draft_cost_ratios`): milliseconds inside the drafter's "
                  f"`propose` per drafted token at γ = {cost['gamma']} (its forwards and bookkeeping, each generation's "
                  f"first proposal left out), over one target forward of one new token after {COST_CONTEXT} "
-                 f"({cost['target_forward_ms']:.2f} ms); drafters and target measured in turns, medians.", "",
+                 f"({cost['target_forward_ms']:.2f} ms); drafters and target measured in turns, medians{again}.", "",
              "| drafter | ms per drafted token | c |", "|---|---|---|"]
     lines += [f"| {'this drafter' if name == report['kind'] else name} | {m['draft_ms_per_token']:.3f} | {m['c']:.3f} |"
               for name, m in cost["drafters"].items()]

@@ -37,11 +37,11 @@ from ..core.forward import LAST_HIDDEN
 from ..core.paths import REPO_DATA_DIR
 from ..core.validation import check_count
 from ..drafters.draft_model import DraftModelDrafter
-from ..drafters.eagle import EagleDrafter, EagleModule, check_feature_layers, eagle_architecture
+from ..drafters.eagle import EagleDrafter, EagleModule, check_feature_layers, eagle_architecture, load_eagle
 from ..drafters.eagle import KIND as EAGLE_KIND
 from ..drafters.frozen_target import WEIGHTS_FILE, save_drafter
 from ..drafters.heads import KIND as HEADS_KIND
-from ..drafters.heads import HeadsDrafter, MedusaHeads
+from ..drafters.heads import HeadsDrafter, MedusaHeads, load_heads
 from ..loading import load_model_folder
 from .head_cards import TRAIN_HEADS, write_head_card
 from .head_data import DATA_FIELDS, FeatureData, feature_data
@@ -205,12 +205,9 @@ def _train_both(spec: HeadsSpec, out_dir: Path, data: FeatureData, eagle_name: s
 
     lm_head = target.get_output_embeddings()
     prompts = code_prompts(data.tokenizer, spec.acceptance_prompts)
-    draft_folder = data.folder.parent / "draft"  # the family's draft model: its c measured beside, for scale
-    reference_drafter = DraftModelDrafter(load_model_folder(draft_folder, device="cpu")[0]) if draft_folder.is_dir() else None
 
     def cost(name: str, drafter, gamma: int) -> dict:
-        drafters = {name: drafter} | ({"draft model": reference_drafter} if reference_drafter is not None else {})
-        return draft_cost_ratios(target, drafters, prompts[:COST_PROMPTS], gamma, spec.new_tokens)
+        return measure_cost(target, drafter, name, prompts, gamma, spec.new_tokens, data.folder)
 
     common = {**data.report, "spec": asdict(spec), "threads": spec.threads, "torch": torch.__version__,
               "python": platform.python_version(), "command": command}
@@ -264,6 +261,36 @@ SPEC_OPTIONS = {"eagle_feature_layers": "--eagle-feature-layers", "eagle_test_st
                 "eagle_regression_weight": "--eagle-regression-weight", "eagle_cls_weight": "--eagle-cls-weight",
                 "eagle_steps": "--eagle-steps", "train_windows": "--train-windows", "window": "--window",
                 "train_text": "--train-text", "learning_rate": "--learning-rate", "threads": "--threads"}
+
+
+def measure_cost(target, drafter, name: str, prompts: list[torch.Tensor], gamma: int, new_tokens: int,
+                 target_folder: Path) -> dict:
+    """`draft_cost_ratios` of ``drafter`` (called ``name``) at ``gamma`` on the first `COST_PROMPTS` of ``prompts``,
+    beside the family's draft model (``target_folder``'s sibling ``draft``, when there is one) for scale."""
+    drafters = {name: drafter}
+    draft_folder = Path(target_folder).parent / "draft"
+    if draft_folder.is_dir():
+        drafters["draft model"] = DraftModelDrafter(load_model_folder(draft_folder, device="cpu")[0])
+    return draft_cost_ratios(target, drafters, prompts[:COST_PROMPTS], gamma, new_tokens)
+
+
+def remeasure_cost(folder: Path, target_folder: Path) -> dict:
+    """Measure again the cost ratio c of the drafter saved in ``folder`` (trained for the model in
+    ``target_folder``), with its report's gamma, prompts, tokens and threads, and rewrite the report's ``cost``
+    (marked ``remeasured``) and the card: after a change to how a drafter runs, not to its weights. Returns the
+    new ``cost``."""
+    folder = Path(folder)
+    report = json.loads((folder / REPORT_FILE).read_text())
+    spec, gamma = report["spec"], report["cost"]["gamma"]
+    with torch_threads(spec["threads"]):
+        target, tokenizer = load_model_folder(target_folder, device="cpu")
+        drafter = (load_heads if report["kind"] == HEADS_KIND else load_eagle)(target, folder)
+        prompts = code_prompts(tokenizer, spec["acceptance_prompts"])
+        report["cost"] = {**measure_cost(target, drafter, report["kind"], prompts, gamma, spec["new_tokens"],
+                                         target_folder), "remeasured": True}
+    (folder / REPORT_FILE).write_text(json.dumps(report, indent=2) + "\n")
+    write_head_card(folder)
+    return report["cost"]
 
 
 def reproduce_command(spec: HeadsSpec, eagle_name: str = EAGLE_KIND, quick: bool = False) -> str:
@@ -326,7 +353,17 @@ def main(argv: list[str] | None = None) -> None:
                         help="peak learning rate of both trainings (default: the spec's, 0.003)")
     parser.add_argument("--eagle-name", default=EAGLE_KIND, metavar="FOLDER",
                         help="the EAGLE layer's folder under --out (default: eagle)")
+    parser.add_argument("--measure-cost", type=Path, default=None, metavar="FOLDER",
+                        help="train nothing: measure again the cost ratio c of the drafter saved in FOLDER (trained "
+                             "for --target) and rewrite its report and card, after a change to how it drafts")
     args = parser.parse_args(argv)
+    if args.measure_cost is not None:
+        if not (args.measure_cost / REPORT_FILE).is_file():
+            raise ConfigError(f"--measure-cost reads a trained drafter's {REPORT_FILE}, and {args.measure_cost} has "
+                              "none: pass a folder that `train heads` wrote, e.g. data/models/eagle.")
+        cost = remeasure_cost(args.measure_cost, args.target)
+        print(", ".join(f"{name}: c {m['c']:.3f}" for name, m in cost["drafters"].items()))
+        return
     for option, value in (("--eagle-steps", args.eagle_steps), ("--train-windows", args.train_windows),
                           ("--window", args.window)):
         if value is not None:
