@@ -166,8 +166,8 @@ class EagleDrafter(Drafter):
     """Draft with an `EagleModule`, autoregressing on its own predicted features (module docstring).
 
     Keeps a KV cache over the committed positions whose true target features it has read (an `EagleRunner`, made
-    per generation); `accept` rolls back the drafted ones. Greedy: argmax, ``probs=None``; sampling: each draft drawn from
-    ``logits_to_probs(logits, sampling)``, those rows (over the target's ids) reported as ``probs``.
+    per generation); `accept` rolls back the drafted ones. Greedy: argmax, ``probs=None``; sampling: each draft
+    drawn from ``logits_to_probs(logits, sampling)``, those rows (over the target's ids) reported as ``probs``.
     """
 
     name = "eagle"

@@ -276,12 +276,13 @@ def measure_cost(target, drafter, name: str, prompts: list[torch.Tensor], gamma:
 
 def remeasure_cost(folder: Path, target_folder: Path) -> dict:
     """Measure again the cost ratio c of the drafter saved in ``folder`` (trained for the model in
-    ``target_folder``), with its report's gamma, prompts, tokens and threads, and rewrite the report's ``cost``
-    (marked ``remeasured``) and the card: after a change to how a drafter runs, not to its weights. Returns the
-    new ``cost``."""
+    ``target_folder``), at the gamma training measured it at, with its spec's prompts, tokens and threads, and
+    rewrite the report's ``cost`` (marked ``remeasured``) and the card: after a change to how a drafter runs, not to
+    its weights. Returns the new ``cost``."""
     folder = Path(folder)
     report = json.loads((folder / REPORT_FILE).read_text())
-    spec, gamma = report["spec"], report["cost"]["gamma"]
+    spec = report["spec"]
+    gamma = spec["num_heads"] if report["kind"] == HEADS_KIND else max(spec["eagle_gammas"])
     with torch_threads(spec["threads"]):
         target, tokenizer = load_model_folder(target_folder, device="cpu")
         drafter = (load_heads if report["kind"] == HEADS_KIND else load_eagle)(target, folder)
