@@ -1,7 +1,7 @@
-"""An EAGLE layer at draft time: the same math as `EagleModule.forward`, in a third of the Python.
+"""An EAGLE layer at draft time: the same math as `EagleModule.forward`, in fewer framework calls.
 
 Drafting runs the EAGLE layer once per drafted token, on one new position: ``[1, 1, D]``. At the embedded target's
-size (D = 192) its matrices are tiny, so a step costs what the framework does around them: transformers'
+width its matrices are tiny, so a step costs what the framework does around them: transformers'
 decoder layer dispatches its cache update, its attention function and its rotary embedding through several module
 calls, and that bookkeeping costs more than the arithmetic. The drafter's cost ratio c is paid on every drafted
 token, so here the step is written out once, over the module's own weights:
