@@ -206,8 +206,10 @@ def _train_both(spec: HeadsSpec, out_dir: Path, data: FeatureData, eagle_name: s
     lm_head = target.get_output_embeddings()
     prompts = code_prompts(data.tokenizer, spec.acceptance_prompts)
 
+    reference = reference_drafters(data.folder)  # loaded once, timed beside each drafter
+
     def cost(name: str, drafter, gamma: int) -> dict:
-        return measure_cost(target, drafter, name, prompts, gamma, spec.new_tokens, data.folder)
+        return draft_cost_ratios(target, {name: drafter} | reference, prompts[:COST_PROMPTS], gamma, spec.new_tokens)
 
     common = {**data.report, "spec": asdict(spec), "threads": spec.threads, "torch": torch.__version__,
               "python": platform.python_version(), "command": command}
@@ -263,15 +265,13 @@ SPEC_OPTIONS = {"eagle_feature_layers": "--eagle-feature-layers", "eagle_test_st
                 "train_text": "--train-text", "learning_rate": "--learning-rate", "threads": "--threads"}
 
 
-def measure_cost(target, drafter, name: str, prompts: list[torch.Tensor], gamma: int, new_tokens: int,
-                 target_folder: Path) -> dict:
-    """`draft_cost_ratios` of ``drafter`` (called ``name``) at ``gamma`` on the first `COST_PROMPTS` of ``prompts``,
-    beside the family's draft model (``target_folder``'s sibling ``draft``, when there is one) for scale."""
-    drafters = {name: drafter}
+def reference_drafters(target_folder: Path) -> dict[str, DraftModelDrafter]:
+    """``{"draft model": drafter}``: the family's draft model (``target_folder``'s sibling ``draft``), whose c is
+    measured beside a trained drafter's for scale; empty when there is none."""
     draft_folder = Path(target_folder).parent / "draft"
-    if draft_folder.is_dir():
-        drafters["draft model"] = DraftModelDrafter(load_model_folder(draft_folder, device="cpu")[0])
-    return draft_cost_ratios(target, drafters, prompts[:COST_PROMPTS], gamma, new_tokens)
+    if not draft_folder.is_dir():
+        return {}
+    return {"draft model": DraftModelDrafter(load_model_folder(draft_folder, device="cpu")[0])}
 
 
 def remeasure_cost(folder: Path, target_folder: Path) -> dict:
@@ -287,8 +287,9 @@ def remeasure_cost(folder: Path, target_folder: Path) -> dict:
         target, tokenizer = load_model_folder(target_folder, device="cpu")
         drafter = (load_heads if report["kind"] == HEADS_KIND else load_eagle)(target, folder)
         prompts = code_prompts(tokenizer, spec["acceptance_prompts"])
-        report["cost"] = {**measure_cost(target, drafter, report["kind"], prompts, gamma, spec["new_tokens"],
-                                         target_folder), "remeasured": True}
+        drafters = {report["kind"]: drafter} | reference_drafters(target_folder)
+        report["cost"] = {**draft_cost_ratios(target, drafters, prompts[:COST_PROMPTS], gamma, spec["new_tokens"]),
+                          "remeasured": True}
     (folder / REPORT_FILE).write_text(json.dumps(report, indent=2) + "\n")
     write_head_card(folder)
     return report["cost"]
