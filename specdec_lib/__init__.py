@@ -6,6 +6,7 @@ table): ``core`` (the algorithm: the round engine, verification, caches, samplin
 needs) and ``training`` (reproducing the embedded models); `decoders`, `loading` and `prompts` are the entry points.
 """
 from .core.devices import COURSE_THREADS, course_setup, describe_device, get_device, seed_everything, synchronize
+from .core.numerics import get_dtype, near_tie_tolerance, same_up_to_rounding
 from .core.errors import ConfigError, ContextOverflowError, HubUnavailableError, InputError, ModelNotFoundError, SpecdecError
 from .core.result import GenerationResult, summarize
 from .core.sampling import GREEDY, SamplingConfig, logits_to_probs, sample_token
@@ -23,6 +24,9 @@ from .decoders import (autoregressive_generate, batched_autoregressive_generate,
 from .core.verify import VerifyResult, acceptance_probability, residual_distribution, verify_exact, verify_greedy, verify_relaxed
 from .core.block_verify import BlockThresholds, block_thresholds, verify_block
 from .core.trees import TreeShape, verify_tree_exact, verify_tree_greedy
+# floating point: tell a fork at a near-tie of the target's top logits from a bug (exact in float32, near-exact in
+# bfloat16 and float16), and replay a generation's verification forwards
+from .core.forks import ForkReport, assert_same_greedy, explain_fork, replay_verification
 from .core.stats import ChiSquareResult, chi_square_gof, chi_square_homogeneity, total_variation, tv_noise_floor
 
 # drafters, behind one interface: a draft model (chain, tree or batch), another tokenizer (notebook 04), copies from the

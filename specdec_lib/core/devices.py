@@ -13,6 +13,7 @@ from contextlib import contextmanager
 import torch
 
 from .errors import ConfigError
+from .numerics import get_dtype
 from .validation import check_count, is_whole
 
 DEVICE_ENV_VAR = "SPECDEC_DEVICE"
@@ -93,8 +94,11 @@ COURSE_THREADS = 1
 
 def course_setup(seed: int = 0, threads: int = COURSE_THREADS) -> torch.device:
     """What the first cell of every notebook does: seed everything (`seed_everything`), use ``threads`` CPU threads
-    for torch, and return the device to compute on (`get_device`: cuda > mps > cpu, or ``SPECDEC_DEVICE``)."""
+    for torch, check the dtype the models will load in (`specdec_lib.core.numerics.get_dtype`: ``SPECDEC_DTYPE``,
+    float32 by default; a bad name fails here, in the first cell) and return the device to compute on
+    (`get_device`: cuda > mps > cpu, or ``SPECDEC_DEVICE``)."""
     check_count("threads", threads, minimum=1)
+    get_dtype()
     seed_everything(seed)
     torch.set_num_threads(threads)
     return get_device()

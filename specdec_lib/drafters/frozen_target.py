@@ -14,8 +14,9 @@ A folder holds three files (the model cards add a ``README.md`` and a ``training
 
 The fingerprint is the sha256 of the target's embedding table and LM head *as stored* (float16, the embedded
 family's format), plus its depth, width, vocabulary and parameter count for a readable message. A target loaded
-in float32 or float16 from the shipped files reproduces it exactly; a bfloat16 copy rounds the weights and is
-refused like any other model.
+in float32 or float16 from the shipped files reproduces it exactly. A bfloat16 copy rounds the weights (8 bits of
+mantissa against float16's 11), so it is matched by a second hash, ``sha256_bfloat16``, of the same tables rounded
+to bfloat16: rounding float16 values to bfloat16 gives the same bytes whether they pass through float32 or not.
 """
 
 import hashlib
@@ -36,15 +37,18 @@ def target_fingerprint(target: PreTrainedModel, name: str = "target") -> dict:
     """``{"name", "sha256", "layers", "hidden_size", "vocab_size", "parameters"}`` of ``target``.
 
     ``sha256`` hashes the embedding table and the LM head weights in float16 (a tied head hashes the same
-    bytes twice: the check does not depend on tying); ``name`` is only for messages (e.g. the folder's name)."""
-    digest = hashlib.sha256()
+    bytes twice: the check does not depend on tying), ``sha256_bfloat16`` the same rounded to bfloat16 (what a
+    bfloat16 copy of the target holds); ``name`` is only for messages (e.g. the folder's name)."""
+    digests = {torch.float16: hashlib.sha256(), torch.bfloat16: hashlib.sha256()}
     for part, module in (("embed_tokens", target.get_input_embeddings()), ("lm_head", target.get_output_embeddings())):
-        digest.update(part.encode())
-        digest.update(module.weight.detach().to("cpu", torch.float16).contiguous().view(torch.uint8).numpy().tobytes())
+        for dtype, digest in digests.items():
+            digest.update(part.encode())
+            digest.update(module.weight.detach().to("cpu", dtype).contiguous().view(torch.uint8).numpy().tobytes())
     config = target.config
     return {
         "name": name,
-        "sha256": digest.hexdigest(),
+        "sha256": digests[torch.float16].hexdigest(),
+        "sha256_bfloat16": digests[torch.bfloat16].hexdigest(),
         "layers": int(config.num_hidden_layers),
         "hidden_size": int(config.hidden_size),
         "vocab_size": int(target.get_output_embeddings().out_features),
@@ -60,13 +64,14 @@ def _describe(fingerprint: dict) -> str:
 def check_trained_for(trained_for: dict, target: PreTrainedModel, what: str) -> None:
     """Raise `ConfigError` unless ``target`` is the model whose fingerprint ``trained_for`` records."""
     given = target_fingerprint(target)
-    if given["sha256"] == trained_for["sha256"]:
+    key = "sha256_bfloat16" if target.get_input_embeddings().weight.dtype == torch.bfloat16 else "sha256"
+    if given[key] == trained_for.get(key):
         return
     raise ConfigError(
         f"These {what} were trained for the target '{trained_for['name']}' ({_describe(trained_for)}), but the "
         f"model given is another one ({_describe(given)}). They read that target's hidden states and reuse its "
         f"embedding table and LM head, so on any other model their drafts are noise. Pass the model they were "
-        f"trained for (load_embedded('target'), in float32 or float16), or train them for this one: {RETRAIN} "
+        f"trained for (load_embedded('target'), in float32, bfloat16 or float16), or train them for this one: {RETRAIN} "
         f"(--target FOLDER to train for another model folder)."
     )
 

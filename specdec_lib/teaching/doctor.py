@@ -173,6 +173,19 @@ def check_device() -> CheckResult:
         return CheckResult("device", False, f"{_error(exc)}{hint}")
 
 
+def check_dtype() -> CheckResult:
+    """The dtype every notebook loads its models in: specdec_lib.core.numerics.get_dtype() (SPECDEC_DTYPE overrides)."""
+    try:
+        from specdec_lib.core.numerics import dtype_name, get_dtype, is_exact_dtype
+
+        dtype = get_dtype()
+    except Exception as exc:
+        return CheckResult("dtype", False, f"{_error(exc)} (unset SPECDEC_DTYPE for float32)")
+    promise = ("greedy output token-identical to the target's" if is_exact_dtype(dtype) else
+               "greedy output identical to the target's up to forks at near-ties (explain_fork tells them from bugs)")
+    return CheckResult("dtype", True, f"{dtype_name(dtype)}: {promise}")
+
+
 def _parameter_count(loaded: object) -> int | None:
     """Parameters of whatever load_embedded returned (a model, a pair, or an object with .model)."""
     candidates = [loaded]
@@ -245,6 +258,7 @@ def default_checks() -> list[Callable[[], CheckResult]]:
         check_transformers,
         check_course_tools,
         check_device,
+        check_dtype,
         *(_model_check(name) for name in EMBEDDED_MODEL_NAMES),
         *(_model_check(name, check_target_drafter) for name in TARGET_DRAFTERS),
     ]
