@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
-# The whole course on a GPU in one call: the doctor, the unit tests, every notebook and the bench, each step under
-# what is left of one time limit, then a short report (Markdown) with each step's status, seconds and log tail.
+# The whole course on a GPU in one call: the doctor, the unit tests, every notebook (in float32, then in bfloat16),
+# the numerics bench in float32 and bfloat16 and the speed bench, each step under what is left of one time limit,
+# then a short report (Markdown) with each step's status, seconds and log tail.
 #
 #   scripts/gpu_check.sh [--quick] [--limit SECONDS] [--out DIR]
 #
-#   --quick        a smoke test (~5 min on a CPU): the fast tests of the devices, the verifiers and the decode loops,
-#                  notebooks 00 and 01, and the bench
+#   --quick        a smoke test: the fast tests of the devices, the verifiers, the decode loops and the fork
+#                  analysis, notebooks 00, 01 and 09 (both dtypes), a smaller numerics bench, and the bench
 #   --limit S      the time limit for everything together (default 540: fits one 10-minute device call)
 #   --out DIR      where the logs and report.md go (default runs/gpu_check)
 #
 # The device: SPECDEC_DEVICE if set, else cuda when torch sees one, else cpu (the script then checks that the
 # course runs end to end where it is; the report says which device ran). Notebooks run with --nbval-lax on a GPU:
 # they must run without errors, but their stored outputs (device names, CPU timings) are not compared.
+# The numerics bench's JSON lands in DIR/numerics.json: on a GPU, copy it to data/bench/numerics-gpu.json with the
+# report beside it (data/bench/gpu-check.md), so the course keeps what the GPU measured.
 # Exit status: 0 when every step passed, 1 otherwise (a step that ran out of time fails).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -67,18 +70,26 @@ run_step() {  # run_step NAME COMMAND...: run under the time left, append a row,
 
 nbval_mode="--nbval"
 [ "$device" != cpu ] && nbval_mode="--nbval-lax"
-if [ $quick = 1 ]; then  # a smoke test: the devices, the verifiers, the decode loops, two notebooks
-    unit_args=(tests/test_devices.py tests/test_verify.py tests/test_speculative.py tests/test_batched.py -m "not slow")
-    notebooks=(course/00_setup_and_baseline.ipynb course/01_greedy_matching.ipynb)
+if [ $quick = 1 ]; then  # a smoke test: the devices, the verifiers, the decode loops, the fork analysis, three notebooks
+    unit_args=(tests/test_devices.py tests/test_verify.py tests/test_speculative.py tests/test_batched.py
+               tests/test_forks.py -m "not slow")
+    notebooks=(course/00_setup_and_baseline.ipynb course/01_greedy_matching.ipynb
+               course/09_lossless_in_floating_point.ipynb)
+    numerics_args=(--prompts 2 --gammas 1,7)
 else
     unit_args=(tests)
     notebooks=(course)
+    numerics_args=()
 fi
 
 run_step doctor "$python" -m specdec_lib doctor
 run_step unit-tests "$python" -m pytest -q -p no:cacheprovider "${unit_args[@]}"
 run_step notebooks "$python" -m pytest "${notebooks[@]}" "$nbval_mode" --nbval-current-env \
     --nbval-sanitize-with course/sanitize.cfg -p no:cacheprovider -q
+run_step notebooks-bfloat16 env SPECDEC_DTYPE=bfloat16 "$python" -m pytest "${notebooks[@]}" --nbval-lax \
+    --nbval-current-env -p no:cacheprovider -q
+run_step numerics "$python" -m specdec_lib bench numerics --device "$device" --dtypes float32,bfloat16 \
+    "${numerics_args[@]}" --no-progress --json "$out/numerics.json"
 run_step bench "$python" -m specdec_lib bench --device "$device" --prompts 2 --max-new-tokens 24 --gammas 2,4 \
     --repeats 2 --no-progress --json "$out/bench.json"
 

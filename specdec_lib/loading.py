@@ -20,6 +20,7 @@ from transformers.utils import logging as transformers_logging
 
 from .core.devices import get_device
 from .core.errors import ConfigError, HubUnavailableError, ModelNotFoundError
+from .core.numerics import get_dtype
 from .core.paths import data_dir
 from .core.pair import ModelPair
 
@@ -64,6 +65,25 @@ PRESETS: dict[str, Preset] = {
         "hub",
         "Qwen/Qwen2.5-1.5B-Instruct",
         "HuggingFaceTB/SmolLM2-135M-Instruct",
+    ),
+    "hub-smollm2": Preset(
+        "SmolLM2-1.7B-Instruct target + SmolLM2-135M-Instruct draft, same tokenizer (needs internet, GPU advised)",
+        "hub",
+        "HuggingFaceTB/SmolLM2-1.7B-Instruct",
+        "HuggingFaceTB/SmolLM2-135M-Instruct",
+    ),
+    "hub-qwen2.5-7b": Preset(
+        "Qwen2.5-7B-Instruct target + Qwen2.5-0.5B-Instruct draft, same tokenizer (needs internet and a GPU)",
+        "hub",
+        "Qwen/Qwen2.5-7B-Instruct",
+        "Qwen/Qwen2.5-0.5B-Instruct",
+    ),
+    "hub-llama3": Preset(
+        "Llama-3.1-8B-Instruct target + Llama-3.2-1B-Instruct draft, same tokenizer (needs internet and a GPU; "
+        "gated: accept Meta's licence on the Hub and log in with a Hugging Face token)",
+        "hub",
+        "meta-llama/Llama-3.1-8B-Instruct",
+        "meta-llama/Llama-3.2-1B-Instruct",
     ),
 }
 
@@ -127,15 +147,16 @@ def load_model_folder(
 
 
 def load_embedded(
-    name: str, *, device: torch.device | str | None = None, dtype: torch.dtype = torch.float32
+    name: str, *, device: torch.device | str | None = None, dtype: torch.dtype | str | None = None
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load embedded model ``name`` ("target", "draft" or "draft_b") and its tokenizer from ``data/models/``.
 
-    Same conventions as `load_model_folder`: eval mode, on ``device`` (default `get_device()`), float32.
+    Same conventions as `load_model_folder`: eval mode, on ``device`` (default `get_device()`), in ``dtype``
+    (default `get_dtype()`: ``SPECDEC_DTYPE``, else float32).
     """
     if name not in EMBEDDED_MODELS:
         raise ConfigError(f"Unknown embedded model {name!r}. Known names: {', '.join(EMBEDDED_MODELS)}.")
-    return load_model_folder(data_dir() / "models" / name, device=device, dtype=dtype)
+    return load_model_folder(data_dir() / "models" / name, device=device, dtype=get_dtype(dtype))
 
 
 def _load_from_hub(
@@ -164,18 +185,20 @@ def load_preset_model(
 
 
 def load_pair(
-    preset: str = "embedded", *, device: torch.device | str | None = None, dtype: torch.dtype | None = None
+    preset: str = "embedded", *, device: torch.device | str | None = None, dtype: torch.dtype | str | None = None
 ) -> ModelPair:
     """Load the target/draft pair named ``preset`` (see `list_presets`) on ``device`` (default `get_device()`).
 
-    ``dtype`` None means float32, the exact choice everywhere; on a GPU, ``torch.bfloat16`` halves the memory of
-    hub models at the cost of small numerical differences between batched verification and one-token decoding.
+    ``dtype``: None means `get_dtype()` (``SPECDEC_DTYPE``, else float32, in which greedy speculative output is
+    token-identical to the target's). On a GPU, ``torch.bfloat16`` halves the memory of hub models, and the
+    verification forward then rounds differently from one-token decoding: at a near-tie of the target's top two
+    logits the two may choose different tokens (`specdec_lib.explain_fork` tells such a fork from a bug).
     """
     if preset not in PRESETS:
         raise ConfigError(f"Unknown preset {preset!r}. Available presets: {', '.join(PRESETS)}.")
     spec = PRESETS[preset]
     resolved = get_device(device)
-    dtype = torch.float32 if dtype is None else dtype
+    dtype = get_dtype(dtype)
     target, target_tokenizer = load_preset_model(preset, spec.target, resolved, dtype)
     draft, draft_tokenizer = load_preset_model(preset, spec.draft, resolved, dtype)
     return ModelPair(target, draft, target_tokenizer, draft_tokenizer, preset, resolved)

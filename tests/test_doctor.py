@@ -58,10 +58,21 @@ def test_runner_turns_a_crashing_check_into_a_fail_and_runs_the_rest():
 
 def test_default_checks_cover_everything_the_brief_names():
     checks = doctor.default_checks()
-    assert checks[:5] == [doctor.check_python, doctor.check_torch, doctor.check_transformers,
-                          doctor.check_course_tools, doctor.check_device]
+    assert checks[:6] == [doctor.check_python, doctor.check_torch, doctor.check_transformers,
+                          doctor.check_course_tools, doctor.check_device, doctor.check_dtype]
     names = ("target", "draft", "draft_b", "heads", "eagle", "eagle3")  # every model in data/models/
-    assert [c.__name__ for c in checks[5:]] == [f"check_model_{n}" for n in names]
+    assert [c.__name__ for c in checks[6:]] == [f"check_model_{n}" for n in names]
+
+
+def test_the_dtype_check_names_the_promise_and_refuses_a_bad_name(monkeypatch):
+    monkeypatch.delenv("SPECDEC_DTYPE", raising=False)
+    result = doctor.check_dtype()
+    assert result.ok and result.detail.startswith("float32: greedy output token-identical")
+    monkeypatch.setenv("SPECDEC_DTYPE", "bfloat16")
+    assert doctor.check_dtype().detail.startswith("bfloat16: greedy output identical to the target's up to forks")
+    monkeypatch.setenv("SPECDEC_DTYPE", "int8")
+    result = doctor.check_dtype()
+    assert not result.ok and "'int8'" in result.detail and "unset SPECDEC_DTYPE" in result.detail
 
 
 # --------------------------------------------------------------------------- versions

@@ -192,6 +192,12 @@ def test_readme_test_command_is_the_one_ci_runs():
     assert command in ci_lines, f".ci/run does not run the README's test command:\n{command}"
 
 
+def test_readme_bfloat16_tier_is_run_by_ci_in_bfloat16_under_nbval_lax():
+    command = fenced_after(README.read_text(), "bf16-command")
+    assert command.startswith("SPECDEC_DTYPE=bfloat16 python -m pytest") and "--nbval-lax" in command
+    assert command in [line.strip() for line in CI_RUN.read_text().splitlines()], ".ci/run skips the bfloat16 tier"
+
+
 def test_readme_open_course_command():
     """The README opens a learner's own copy (``python -m specdec_lib course``), never the tracked notebooks that
     nbval and the site read, and the command exists."""

@@ -10,7 +10,8 @@ The other suites run as ``python -m specdec_lib bench SUITE [ARGS...]`` (`SUITES
 ``drafters`` (every drafter by task type), ``tuning`` (gamma sweep and adaptive draft length by task type),
 ``batches`` (batch sizes 1-16, disable-by-batch-size), ``serve`` (a load test against ``transformers serve``),
 ``trees`` (token trees), ``block-gain`` (block against token-wise verification on real (p, q) rows), ``plots`` (the
-figures of the tuning, batch and serve JSON files).
+figures of the tuning, batch and serve JSON files), ``numerics`` (forks from the target's greedy output in float32,
+bfloat16 and float16, and the planted-bug control of the fork analysis).
 
 One row per method (and draft length gamma), all on the same prompts, the same pair, the same stopping rule and
 the same decoding: our autoregressive baseline, transformers' plain ``generate``, our speculative decoding, the
@@ -369,7 +370,7 @@ def _fail(message: str) -> int:
 SUITES = {"drafters": "specdec_lib.bench.drafters", "tuning": "specdec_lib.bench.tuning",
           "batches": "specdec_lib.bench.batches", "serve": "specdec_lib.bench.serve",
           "trees": "specdec_lib.bench.trees", "block-gain": "specdec_lib.bench.block_gain",
-          "plots": "specdec_lib.bench.plots"}
+          "plots": "specdec_lib.bench.plots", "numerics": "specdec_lib.bench.numerics"}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,6 +1,6 @@
 """Self-checks for the course's exercises: ``check.<exercise>(your_function_or_value)``.
 
-Each exercise in notebooks 00-07 ends with a starter stub and one call of its check, e.g.::
+Each exercise in notebooks 00-09 ends with a starter stub and one call of its check, e.g.::
 
     from specdec_lib import check
     check.top_k_probs(top_k_probs)
@@ -39,3 +39,6 @@ from .notebook07 import chain_or_tree, compact_pointer_cache, expected_accepted_
 
 # notebook 08: from classroom to production
 from .notebook08 import metrics_from_vllm_counters, queued_ttft
+
+# notebook 09: lossless in floating point
+from .notebook09 import fork_verdict, lossless_promise
