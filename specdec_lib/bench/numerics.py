@@ -45,7 +45,7 @@ from ..drafters import DraftModelDrafter, PromptLookupDrafter, load_eagle
 from ..loading import load_pair
 from ..prompts import TASKS, load_prompts
 from ..training.measure import encode_prompts
-from .cli import machine_info, write_json
+from .cli import machine_info, parse_gammas, write_json
 
 DEFAULT_GAMMAS = (1, 3, 7)
 DEFAULT_PROMPTS = 5
@@ -243,7 +243,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dtypes", default=",".join(DTYPES), help="comma-separated (default: every one)")
     parser.add_argument("--tasks", default=",".join(TASKS), help="comma-separated prompt sets (default: every one)")
     parser.add_argument("--prompts", type=int, default=DEFAULT_PROMPTS, help="first N prompts of each set")
-    parser.add_argument("--gammas", default=",".join(map(str, DEFAULT_GAMMAS)))
+    parser.add_argument("--gammas", type=parse_gammas, default=DEFAULT_GAMMAS, metavar="G1,G2,...")
     parser.add_argument("--max-new-tokens", type=int, default=DEFAULT_MAX_NEW_TOKENS)
     parser.add_argument("--no-batch", action="store_true", help="leave out the batched rows")
     parser.add_argument("--device", default=None, help="cpu, cuda, ... (default: get_device(), SPECDEC_DEVICE)")
@@ -262,10 +262,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown dtype or prompt set: {', '.join(unknown)} (dtypes: {', '.join(DTYPES)}; "
                      f"sets: {', '.join(TASKS)})")
-    try:
-        gammas = [int(g) for g in args.gammas.split(",")]
-    except ValueError:
-        parser.error(f"--gammas takes comma-separated integers, e.g. 1,3,7; got {args.gammas!r}")
+    gammas = list(args.gammas)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     try:

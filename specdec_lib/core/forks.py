@@ -85,7 +85,7 @@ class ForkReport:
                 f"{self.candidate_token}), margin {self.margin:.4g} under one-token steps, "
                 f"{self.verification_margin:.4g} under {self.verification_shape}; tolerance {self.tolerance:.3g} "
                 f"({self.dtype})")
-        if self.worst is not None and self.worst.position != self.position:
+        if self.worst is not None and self.worst.position != self.position and self.worst.gap > 0:
             text += (f"; worst token {self.worst.position}: {self.worst.gap:.4g} below the target's top choice "
                      f"(tolerance {self.worst.tolerance:.3g})")
         return text
@@ -240,7 +240,7 @@ def _verification_margin(target: PreTrainedModel, candidate: _Output, position: 
             rows.forward(candidate.ids[None, :at])
             block = candidate.ids[None, at:at + VERIFY_BLOCK]
             logits = rows.forward(block, logits_to_keep=block.shape[1])[0][0, 0]
-        shape = f"a {block.shape[1]}-token block forward"
+        shape = f"a block forward of {block.shape[1]} tokens"
     return float(logits[reference_token] - logits[candidate_token]), shape
 
 
