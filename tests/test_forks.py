@@ -98,6 +98,12 @@ def test_a_clear_disagreement_is_one_in_every_dtype(dtype):
     assert report.worst.position == 1 and report.worst.gap == 2.0
 
 
+def test_a_reference_that_is_not_the_targets_choice_is_a_disagreement():
+    logits = logits_with(8.0, 2.0)  # position 1: the candidate's token 2 is the top; the reference's token 3 is not
+    report = judge_fork(logits, torch.tensor([2, 3, 2]), torch.tensor([2, 2, 2]), BF16)
+    assert report.verdict == "disagreement" and report.margin == -6.0
+
+
 def test_a_bug_after_a_near_tie_fork_is_caught_by_the_every_position_check():
     logits = logits_with(8.0, 8.0)
     logits[2, 4] = 5.0  # position 2: token 4 is three nats below the top

@@ -282,8 +282,9 @@ def judge_fork(logits: torch.Tensor, reference: torch.Tensor, candidate: torch.T
     the candidate (row i predicts new token i after the candidate's first i tokens), ``reference: LongTensor[N_r]``
     and ``candidate: LongTensor[N]`` the new tokens, which differ somewhere in their shared length.
 
-    At the first fork i: ``margin = z_i[reference_i] - z_i[candidate_i]``. "near-tie" when that margin and every
-    candidate token's gap below the top logit are within `near_tie_tolerance` of ``dtype``; else "disagreement"."""
+    At the first fork i: ``margin = z_i[reference_i] - z_i[candidate_i]``. "near-tie" when ``|margin|`` (a reference
+    that is not the target's choice is caught too) and every candidate token's gap below the top logit are within
+    `near_tie_tolerance` of ``dtype``; else "disagreement"."""
     shared = min(reference.numel(), candidate.numel())
     differs = (reference[:shared].cpu() != candidate[:shared].cpu()).nonzero()
     if differs.numel() == 0:
@@ -297,7 +298,7 @@ def judge_fork(logits: torch.Tensor, reference: torch.Tensor, candidate: torch.T
     margin = float(logits[position, reference_token] - logits[position, candidate_token])
     tolerance = gaps[position].tolerance
     worst = max(gaps, key=lambda gap: gap.gap / gap.tolerance)
-    near = margin <= tolerance and all(gap.within for gap in gaps)
+    near = abs(margin) <= tolerance and all(gap.within for gap in gaps)  # |margin|: a wrong reference is caught too
     return ForkReport("near-tie" if near else "disagreement", dtype_name(dtype), candidate.numel(), position,
                       reference_token, candidate_token, margin, tolerance=tolerance, worst=worst)
 

@@ -28,6 +28,7 @@ from ..bench.methods import Autoregressive, GenerationSpec, Speculative, resolve
 from ..bench.protocol import timed_run
 from ..bench.report import pooled_trace
 from ..core.errors import ConfigError
+from ..core.forks import explain_fork
 from ..core.pair import ModelPair
 from ..prompts import TASKS
 from ..core.sampling import GREEDY, SamplingConfig
@@ -47,8 +48,9 @@ MAX_PANEL_GAMMA = 8
 class PanelCase:
     """One measured setting. ``per_position``: P(draft i accepted), i = 1..gamma; ``speedup``: the target
     alone's seconds over speculative decoding's, summed over the prompts (one run each: a demonstration, not a
-    benchmark); ``identical``: greedy tokens equal the target's (None when sampling: equality is in
-    distribution)."""
+    benchmark); ``identical``: greedy, `explain_fork`'s worst verdict over the prompts, ``"identical"``,
+    ``"near-tie"`` (forks only where the target's top two logits tie up to the dtype's rounding) or
+    ``"disagreement"`` (None when sampling: equality is in distribution)."""
 
     drafter: str
     task: str
@@ -60,7 +62,7 @@ class PanelCase:
     mean_acceptance_length: float | None
     per_position: list[float]
     speedup: float
-    identical: bool | None
+    identical: str | None
 
 
 def check_case(drafter: object, task: object, gamma: object, temperature: object) -> SamplingConfig:
@@ -84,16 +86,18 @@ def run_case(pair: ModelPair, drafter: str, task: str, gamma: int, temperature: 
     baseline = Autoregressive(pair.target, spec)
     ours = Speculative(pair.target, DRAFTERS[drafter].build(pair, None), gamma, spec)
     device = pair.target.device
+    prompt_ids = task_prompt_ids(pair, task, prompts, device)
     base_runs, our_runs = [], []
-    for index, ids in enumerate(task_prompt_ids(pair, task, prompts, device)):
+    for index, ids in enumerate(prompt_ids):  # interleaved: both see the same machine state
         base_runs.append(timed_run(baseline, ids, device, seed + index))
         our_runs.append(timed_run(ours, ids, device, seed + index))
     pooled = pooled_trace(our_runs)
-    identical = all(b.tokens == o.tokens for b, o in zip(base_runs, our_runs))
+    verdicts = {explain_fork(pair.target, b.tokens, o.tokens, prompt=ids).verdict
+                for b, o, ids in zip(base_runs, our_runs, prompt_ids)} if sampling.is_greedy else set()
+    identical = next((v for v in ("disagreement", "near-tie", "identical") if v in verdicts), None)
     return PanelCase(drafter, task, gamma, float(temperature), prompts, max_new_tokens,
                      per_token_acceptance(pooled), mean_acceptance_length(pooled), per_position_acceptance(pooled),
-                     sum(r.seconds for r in base_runs) / sum(r.seconds for r in our_runs),
-                     identical if sampling.is_greedy else None)
+                     sum(r.seconds for r in base_runs) / sum(r.seconds for r in our_runs), identical)
 
 
 def describe_case(case: PanelCase) -> str:
@@ -101,7 +105,8 @@ def describe_case(case: PanelCase) -> str:
     decoding = "greedy" if case.temperature == 0 else f"T={case.temperature:g}"
     alpha = "-" if case.alpha is None else f"{case.alpha:.2f}"
     length = "-" if case.mean_acceptance_length is None else f"{case.mean_acceptance_length:.2f}"
-    same = {True: "identical to the target's", False: "DIFFERENT from the target's", None: "sampled"}[case.identical]
+    same = {"identical": "identical to the target's", "near-tie": "the target's up to forks at near-ties",
+            "disagreement": "DIFFERENT from the target's", None: "sampled"}[case.identical]
     return (f"{case.drafter}, {case.task}, gamma={case.gamma}, {decoding}: alpha {alpha}, mean acceptance length "
             f"{length}, speed-up {case.speedup:.2f}x (one run of {case.prompts} prompts), tokens {same}")
 
