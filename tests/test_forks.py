@@ -226,6 +226,9 @@ def test_the_replay_refuses_trees_and_batches(tiny_pair):
                                      max_new_tokens=8, eos_token_id=None)
     with pytest.raises(ConfigError, match="replays chains"):
         replay_verification(target, tree)
+    no_cache = autoregressive_generate(target, prompt, max_new_tokens=8, eos_token_id=None, use_cache=False)
+    with pytest.raises(ConfigError, match="or no cache"):
+        replay_verification(target, no_cache)
     reference = autoregressive_generate(target, prompt, max_new_tokens=8, eos_token_id=None)
     assert explain_fork(target, reference, tree).verdict == "identical"  # explain_fork judges any output
 

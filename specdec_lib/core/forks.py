@@ -183,6 +183,11 @@ class Replay:
         raise ConfigError(f"No replayed round emitted new token {position}.")
 
 
+def _replayable(result: GenerationResult) -> bool:
+    """Whether `replay_verification` runs ``result``'s forwards as they ran: one row, a chain, on a KV cache."""
+    return not result.method.startswith(("tree-", "batched-")) and not result.method.endswith("nocache")
+
+
 def replay_verification(target: PreTrainedModel, result: GenerationResult) -> Replay:
     """Run the target's forwards of a one-row greedy chain generation (the target alone, or speculative with any
     drafter) again, in the shapes the round engine ran them: a prefill of the prompt, then per round one forward
@@ -192,9 +197,9 @@ def replay_verification(target: PreTrainedModel, result: GenerationResult) -> Re
     dtype). Token trees and batches are refused: their forwards read tree masks or other rows."""
     if not isinstance(result, GenerationResult) or result.batch != 1:
         raise InputError("replay_verification replays one row: pass the GenerationResult of a one-row generation.")
-    if result.method.startswith(("tree-", "batched-")):
-        raise ConfigError(f"replay_verification replays chains; a {result.method} generation's forwards read a "
-                          "token tree or other rows. Judge its tokens with explain_fork instead.")
+    if not _replayable(result):
+        raise ConfigError(f"replay_verification replays chains on a KV cache; a {result.method} generation's forwards "
+                          "read a token tree, other rows or no cache. Judge its tokens with explain_fork instead.")
     rounds = result.trace.rounds
     ids = result.sequence[0]
     start = result.prompt_length
@@ -228,11 +233,13 @@ def _verification_margin(target: PreTrainedModel, candidate: _Output, position: 
     candidate's replayed round when its result can be replayed, else a block of `VERIFY_BLOCK` tokens from
     ``x_L`` (the token before the fork) on a cache of the tokens before it."""
     result = candidate.result
-    if result is not None and not result.method.startswith(("tree-", "batched-")) and result.trace.rounds:
+    if result is not None and result.batch == 1 and _replayable(result) and result.trace.rounds:
         replay = replay_verification(target, result)
         replayed, row = replay.round_of(position)
         logits = replayed.logits[row]
-        shape = f"its verification forward ({len(replayed.inputs) or 'prefill'} tokens, replayed)"
+        width = len(replayed.inputs)
+        shape = (f"its verification forward ({width} token{'' if width == 1 else 's'}, replayed)" if width else
+                 "its prefill (replayed)")
     else:
         at = candidate.prompt_length + position - 1  # x_L: the last token before the fork
         rows = CachedRows(target)
