@@ -34,9 +34,9 @@ def test_the_planted_bug_and_a_replaced_token_are_judged_disagreements(stored):
         assert replaced == {"disagreement": sum(replaced.values())}, (dtype, replaced)
 
 
-def test_the_tolerance_covers_the_measured_drift(stored):
-    for dtype, measured in stored["dtypes"].items():
-        assert measured["drift_steps"] <= measured["tolerance_at_8"] / measured["spacing_at_8"], dtype
+def test_the_tolerance_covers_twice_the_measured_drift_of_the_deciding_logits(stored):
+    for dtype, measured in stored["dtypes"].items():  # a margin moves by the drift of both of its logits
+        assert 2 * measured["drift_steps"] <= measured["tolerance_at_8"] / measured["spacing_at_8"], dtype
 
 
 def test_the_docs_hold_the_tables_of_the_stored_run():

@@ -11,7 +11,9 @@ reference (greedy, ``--max-new-tokens`` tokens, no early stop). Then:
   runs are also replayed (`replay_verification`: every emitted token must be the argmax of the logits its
   verification computed, in any dtype).
 - **drift**: the largest gap between a logit computed by a verification forward and the same logit computed by
-  one-token steps, in the dtype's rounding steps at the top logit, beside the near-tie tolerance.
+  one-token steps: over the two logits that decide the token (the top two under one-token steps), in the dtype's
+  rounding steps at the top logit, beside the near-tie tolerance (which must hold twice that: a margin moves by
+  both logits' drift); and over the whole vocabulary, in nats.
 - **control** (the negative control): the same runs with a *planted bug* in greedy verification (`planted_bug`: a
   draft token the target ranks second, behind by more than `PLANTED_MARGIN`, is accepted as if it were the
   first). Every run whose output the bug changed must be judged ``disagreement``, in every dtype; and a reference
@@ -96,20 +98,23 @@ def confident_replacement(target, reference: torch.Tensor, prompt_length: int) -
     return tokens
 
 
-def verification_drift(target, result) -> float:
-    """The largest ``|z_verify - z_one_token|`` over every logit of every verification round of ``result``, in
-    rounding steps of the target's dtype at that position's top logit."""
+def verification_drift(target, result) -> tuple[float, float]:
+    """How far the logits of ``result``'s verification rounds are from one-token steps over the same tokens:
+    ``(steps, nats)``, the largest drift of a position's top two logits (under one-token steps) in rounding steps
+    of the target's dtype at that position's top logit, and the largest drift of any logit, in nats."""
     replay = replay_verification(target, result)
     dtype = target.dtype
-    steps = 0.0
+    steps = nats = 0.0
     one_token = one_token_logits(target, result.sequence[0], result.prompt_length)  # [N, V]
     for replayed in replay.rounds[1:]:
         rows = len(replayed.emitted)
-        reference = one_token[replayed.first:replayed.first + rows]
-        tops = reference.max(dim=-1).values
-        gaps = (replayed.logits[:rows] - reference).abs().max(dim=-1).values
-        steps = max(steps, max(float(g) / spacing(dtype, float(t)) for g, t in zip(gaps, tops)))
-    return steps
+        reference = one_token[replayed.first:replayed.first + rows]  # [rows, V]
+        drift = (replayed.logits[:rows] - reference).abs()
+        top = reference.topk(2, dim=-1)
+        deciding = drift.gather(1, top.indices).max(dim=-1).values  # [rows]
+        steps = max(steps, max(float(d) / spacing(dtype, float(t)) for d, t in zip(deciding, top.values[:, 0])))
+        nats = max(nats, float(drift.max()))
+    return steps, nats
 
 
 def _fork_entry(report: ForkReport) -> dict:
@@ -125,7 +130,7 @@ def dtype_rows(dtype: torch.dtype, tasks: Sequence[str], prompts: int, gammas: S
     device = torch.device(device)
     pair = load_pair("embedded", device=device, dtype=dtype)
     target = pair.target
-    rows, control, replaced, drift = [], Counter(), Counter(), []
+    rows, control, replaced, drift = [], Counter(), Counter(), [(0.0, 0.0)]
     for task in tasks:
         prompt_ids = encode_prompts(pair.target_tokenizer, [p.prompt for p in load_prompts(task, limit=prompts)],
                                     device)
@@ -170,7 +175,8 @@ def dtype_rows(dtype: torch.dtype, tasks: Sequence[str], prompts: int, gammas: S
                 if progress:
                     print(f"  {dtype_name(dtype)} {task} {name} gamma {gamma}: "
                           f"{sum(f['verdict'] != 'identical' for f in rows[-1]['forks'])} forks", file=sys.stderr)
-    return {"rows": rows, "drift_steps": max(drift, default=0.0), "control": dict(control),
+    return {"rows": rows, "drift_steps": max(steps for steps, _ in drift),
+            "drift_nats": max(nats for _, nats in drift), "control": dict(control),
             "replaced": dict(replaced), "tolerance_at_8": near_tie_tolerance(dtype, QUOTED_LOGIT),
             "spacing_at_8": spacing(dtype, QUOTED_LOGIT)}
 
@@ -224,12 +230,14 @@ def numerics_tables(document: dict) -> str:
         lines.append(f"| {row['dtype']} | {row['drafter']} | {row['batch']} | {row['runs']} | {row['forks']} | "
                      f"{row['near_tie']} | {row['disagreement']} | {row['fork_share']:.0%} | {position} | "
                      f"{margin} |")
-    lines += ["", "| dtype | largest verification drift (rounding steps) | near-tie tolerance at a logit of 8 | "
+    lines += ["", "| dtype | largest drift of the top two logits (rounding steps) | largest drift of any logit (nats) | "
+              "near-tie tolerance at a logit of 8 | "
               "planted bug: runs changed | judged disagreement | caught by the replay | one confident token "
-              "replaced: disagreement |", "|---|---|---|---|---|---|---|"]
+              "replaced: disagreement |", "|---|---|---|---|---|---|---|---|"]
     for dtype, measured in document["dtypes"].items():
         control, replaced = measured["control"], measured["replaced"]
-        lines.append(f"| {dtype} | {measured['drift_steps']:.3g} | {measured['tolerance_at_8']:.3g} "
+        lines.append(f"| {dtype} | {measured['drift_steps']:.3g} | {measured['drift_nats']:.2g} | "
+                     f"{measured['tolerance_at_8']:.3g} "
                      f"({measured['tolerance_at_8'] / measured['spacing_at_8']:.0f} steps) | "
                      f"{control.get('changed', 0)} | {control.get('disagreement', 0)} | "
                      f"{control.get('replay_caught', 0)} | {replaced.get('disagreement', 0)} of "

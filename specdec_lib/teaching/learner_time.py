@@ -150,7 +150,7 @@ def read_notebook(path: str | Path) -> NotebookContent:
 
 
 def course_notebooks(course: str | Path = COURSE) -> list[Path]:
-    """The course's notebooks in order: 00-08, then the appendix (not the solutions)."""
+    """The course's notebooks in order: the numbered ones, then the appendix (not the solutions)."""
     return sorted(Path(course).glob("*.ipynb"), key=lambda p: (not p.name[:2].isdigit(), p.name))
 
 
@@ -173,7 +173,8 @@ def render_table(course: str | Path = COURSE) -> str:
                      f"{r.minutes} |")
     numbered = [r for r in rows if r.name[:2].isdigit()]
     core, total = sum(r.core_minutes for r in numbered), sum(r.minutes for r in numbered)
-    lines.append(f"| **00-08** | | | | {core} | {total - core} | **{total}** ({hours(total)}) |")
+    span = f"{numbered[0].name[:2]}-{numbered[-1].name[:2]}" if numbered else "none"
+    lines.append(f"| **{span}** | | | | {core} | {total - core} | **{total}** ({hours(total)}) |")
     return "\n".join(lines)
 
 
