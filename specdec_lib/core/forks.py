@@ -194,7 +194,9 @@ def replay_verification(target: PreTrainedModel, result: GenerationResult) -> Re
     over ``[x_L, d_1 .. d_k]`` (the trace's ``draft_tokens``) on a dynamic KV cache rolled back to the committed
     tokens. On a deterministic device these are the logits the generation computed, bit for bit, in any dtype, so
     every emitted token must be their argmax; `Replay.violations` lists those that are not (a bug, whatever the
-    dtype). Token trees and batches are refused: their forwards read tree masks or other rows."""
+    dtype). Token trees, batches and runs without a KV cache are refused: their forwards read tree masks, other rows
+    or the whole sequence. A drafter that runs the verification itself in layer slices (early exit, which shares
+    the target's cache) gets the same shape replayed, not the same arithmetic."""
     if not isinstance(result, GenerationResult) or result.batch != 1:
         raise InputError("replay_verification replays one row: pass the GenerationResult of a one-row generation.")
     if not _replayable(result):
