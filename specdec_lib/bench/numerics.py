@@ -39,20 +39,20 @@ import torch
 from ..core import engine
 from ..core.devices import get_device
 from ..core.errors import ConfigError
-from ..core.forks import ForkReport, explain_fork, one_token_logits, replay_verification
+from ..core.forks import ForkReport, Replay, explain_fork, one_token_logits, replay_verification
 from ..core.numerics import DTYPES, dtype_name, near_tie_tolerance, spacing
 from ..core.verify import BatchVerdict, verify_greedy_batch
 from ..decoders import autoregressive_generate, batched_speculative_generate, speculative_generate
-from ..drafters import DraftModelDrafter, PromptLookupDrafter, load_eagle
 from ..loading import load_pair
 from ..prompts import TASKS, load_prompts
 from ..training.measure import encode_prompts
 from .cli import machine_info, parse_gammas, write_json
+from .drafters import DRAFTERS
 
 DEFAULT_GAMMAS = (1, 3, 7)
 DEFAULT_PROMPTS = 5
 DEFAULT_MAX_NEW_TOKENS = 48
-DRAFTERS = ("draft-model", "eagle", "prompt-lookup")
+FORK_DRAFTERS = ("draft-model", "eagle", "prompt-lookup")  # rows of bench.drafters.DRAFTERS
 BATCH_DRAFTERS = ("draft-model", "prompt-lookup")  # the drafters that draft for a batch of rows
 QUOTED_LOGIT = 8.0  # a typical top logit of the embedded target: where the table quotes the near-tie tolerance
 PLANTED_MARGIN = 1.0  # nats: the planted bug accepts a second choice only when the target clearly prefers another
@@ -78,15 +78,6 @@ def planted_bug() -> Iterator[None]:
         yield
 
 
-def make_drafter(name: str, pair):
-    """A fresh drafter ``name`` (`DRAFTERS`) for ``pair``."""
-    if name == "draft-model":
-        return DraftModelDrafter.for_pair(pair)
-    if name == "eagle":
-        return load_eagle(pair.target)
-    return PromptLookupDrafter()
-
-
 def confident_replacement(target, reference: torch.Tensor, prompt_length: int) -> list[int]:
     """The reference's new tokens with one replaced by the target's second choice, where its top-2 margin under
     one-token steps is largest: a candidate that is clearly not the target's greedy output."""
@@ -98,11 +89,11 @@ def confident_replacement(target, reference: torch.Tensor, prompt_length: int) -
     return tokens
 
 
-def verification_drift(target, result) -> tuple[float, float]:
-    """How far the logits of ``result``'s verification rounds are from one-token steps over the same tokens:
+def verification_drift(target, result, replay: Replay) -> tuple[float, float]:
+    """How far the logits of ``result``'s verification rounds (``replay``, its `replay_verification`) are from
+    one-token steps over the same tokens:
     ``(steps, nats)``, the largest drift of a position's top two logits (under one-token steps) in rounding steps
     of the target's dtype at that position's top logit, and the largest drift of any logit, in nats."""
-    replay = replay_verification(target, result)
     dtype = target.dtype
     steps = nats = 0.0
     one_token = one_token_logits(target, result.sequence[0], result.prompt_length)  # [N, V]
@@ -140,18 +131,19 @@ def dtype_rows(dtype: torch.dtype, tasks: Sequence[str], prompts: int, gammas: S
             report = explain_fork(target, reference, confident_replacement(target, reference.sequence[0],
                                                                            ids.shape[1]), prompt=ids)
             replaced[report.verdict] += 1
-        for name in DRAFTERS:
+        for name in FORK_DRAFTERS:
             for gamma in gammas:
-                drafter = make_drafter(name, pair)
+                drafter = DRAFTERS[name].build(pair, None)
                 forks, replays_ok, outputs = [], 0, []
                 for reference, ids in zip(references, prompt_ids):
                     result = speculative_generate(target, drafter, ids, gamma=gamma, max_new_tokens=max_new_tokens,
                                                   eos_token_id=None)
                     forks.append(_fork_entry(explain_fork(target, reference, result)))
-                    replays_ok += replay_verification(target, result).ok
+                    replay = replay_verification(target, result)
+                    replays_ok += replay.ok
                     outputs.append(result.new_token_list)
                     if name == "draft-model" and gamma == max(gammas):
-                        drift.append(verification_drift(target, result))
+                        drift.append(verification_drift(target, result, replay))
                 rows.append({"task": task, "drafter": name, "gamma": gamma, "batch": 1, "forks": forks,
                              "replay_ok": replays_ok})
                 if name == "draft-model":  # the negative control, against this clean run
@@ -165,8 +157,9 @@ def dtype_rows(dtype: torch.dtype, tasks: Sequence[str], prompts: int, gammas: S
                             control[explain_fork(target, reference, bugged).verdict] += 1
                             control["replay_caught"] += not replay_verification(target, bugged).ok
                 if batch and name in BATCH_DRAFTERS:
-                    result = batched_speculative_generate(target, make_drafter(name, pair), prompt_ids, gamma=gamma,
-                                                          max_new_tokens=max_new_tokens, eos_token_id=None)
+                    result = batched_speculative_generate(target, DRAFTERS[name].build(pair, None), prompt_ids,
+                                                          gamma=gamma, max_new_tokens=max_new_tokens,
+                                                          eos_token_id=None)
                     forks = [_fork_entry(explain_fork(target, reference, result.sequences[b],
                                                       prompt=result.prompt_lengths[b]))
                              for b, reference in enumerate(references)]

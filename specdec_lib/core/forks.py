@@ -33,7 +33,7 @@ import torch
 from transformers import PreTrainedModel
 
 from .errors import ConfigError, InputError
-from .numerics import dtype_name, is_exact_dtype, model_dtype, near_tie_tolerance
+from .numerics import dtype_name, is_exact_dtype, near_tie_tolerance
 from .result import GenerationResult
 from .rows import CachedRows
 
@@ -268,7 +268,7 @@ def explain_fork(target: PreTrainedModel, reference: object, candidate: object, 
     if ref.prompt_length != cand.prompt_length or not torch.equal(ref.ids[:ref.prompt_length].cpu(),
                                                                   cand.ids[:cand.prompt_length].cpu()):
         raise InputError("reference and candidate continue different prompts; compare outputs of the same prompt.")
-    dtype = model_dtype(target)
+    dtype = target.dtype
     start = ref.prompt_length
     shared = min(ref.ids.numel(), cand.ids.numel())
     new_tokens = cand.ids.numel() - start
@@ -318,7 +318,7 @@ def assert_same_greedy(target: PreTrainedModel, prompt: torch.Tensor, reference:
     greedy output of ``prompt``), token for token, when ``target`` computes in float32; in another dtype, each is
     identical or forks only at near-ties (`explain_fork`), and what was found is printed. Raises `AssertionError`
     with the fork's report otherwise. Outputs as in `explain_fork`; returns the reports."""
-    dtype = model_dtype(target)
+    dtype = target.dtype
     reports = [explain_fork(target, reference, candidate, prompt=prompt) for candidate in candidates]
     prefix = f"{label}: " if label else ""
     for report in reports:

@@ -86,14 +86,6 @@ def near_tie_tolerance(dtype: torch.dtype, value: float) -> float:
     return max(NEAR_TIE_STEPS * spacing(dtype, value), ACCUMULATION_STEPS * torch.finfo(torch.float32).eps * abs(value))
 
 
-def model_dtype(model: torch.nn.Module) -> torch.dtype:
-    """The dtype of ``model``'s first floating-point parameter (what its forwards compute in)."""
-    for parameter in model.parameters():
-        if parameter.is_floating_point():
-            return parameter.dtype
-    raise ConfigError(f"{type(model).__name__} has no floating-point parameters, so it has no compute dtype.")
-
-
 def relative_tolerance(dtype: torch.dtype) -> float:
     """How far two computations of one tensor in ``dtype`` may drift apart, relative to the tensor's largest
     magnitude: ``max(NEAR_TIE_STEPS * eps(dtype), ACCUMULATION_STEPS * eps(float32))`` (module docstring)."""
