@@ -6,22 +6,24 @@
 #   scripts/make_wheelhouse.sh install [DIR] [--extras LIST] [--dry-run]           (on each classroom machine)
 #
 # download (the default): into DIR (default: wheelhouse/ at the repository root)
-#   1. torch, pinned exactly as .ci/run pins it (read from .ci/run, so the two cannot drift apart);
-#   2. the project's dependencies with every extra of pyproject.toml (course, dev, serve), resolved by pip from the
-#      project itself: nothing is listed twice;
+#   1. torch, at the version constraints.txt pins (the lock that `make course` and `make test` install with);
+#   2. the project's dependencies with every extra of pyproject.toml (course, dev, serve, site), resolved by pip from
+#      the project itself under constraints.txt: the versions the test suite passed with, nothing listed twice;
 #   3. the build backend of [build-system] requires, so that `pip install -e .` builds offline;
 #   4. a wheel for any package that came only as a source archive, so no classroom machine has to build one.
+# On a classroom machine, with the kit copied to wheelhouse/ at the repository root, `make course` installs from it
+# without the network (scripts/bootstrap.py looks there first). In an environment of one's own instead:
 # install: inside an activated venv (the Python the course will run), from the repository root:
-#   pip install --no-index --find-links DIR <the torch pin>
-#   pip install --no-index --find-links DIR -e ".[EXTRAS]"
+#   pip install --no-index --find-links DIR -c constraints.txt <the torch pin>
+#   pip install --no-index --find-links DIR -c constraints.txt -e ".[EXTRAS]"
 #   and then `python -m specdec_lib doctor`. EXTRAS defaults to course,dev,serve: the notebooks, their tests and
-#   the load test's server, what the doctor's fix installs. --extras course is lighter (no pytest, nbval or
+#   the load test's server, what `make course` installs. --extras course is lighter (no pytest, nbval or
 #   server), but the doctor then reports nbval missing.
 #
 # Options:
 #   --torch-index URL  where torch comes from, as an extra index. On Linux, PyPI's torch is a CUDA build of several GB;
 #                      the CPU build: --torch-index https://download.pytorch.org/whl/cpu. Default: pip's own
-#                      configuration, as .ci/run installs it.
+#                      configuration.
 #   --extras LIST      install mode: the extras to install, comma-separated (default: course,dev,serve)
 #   --dry-run          print the commands, run nothing
 #   -h, --help         this text
@@ -55,10 +57,10 @@ done
 
 PYTHON="${PYTHON:-python3}"
 
-# The torch pin of .ci/run, e.g. torch==2.13.0.
-torch_pin="$(grep -oE 'pip install torch==[^[:space:]]+' .ci/run | head -n 1 | sed 's/^pip install //')"
+# The torch pin of constraints.txt, e.g. torch==2.13.0.
+torch_pin="$(grep -oE '^torch==[^[:space:]#]+' constraints.txt | head -n 1)"
 if [ -z "$torch_pin" ]; then
-    echo "make_wheelhouse.sh: no 'pip install torch==...' line found in .ci/run" >&2
+    echo "make_wheelhouse.sh: no 'torch==...' line found in constraints.txt (make lock writes one)" >&2
     exit 1
 fi
 
@@ -83,7 +85,7 @@ print(",".join(extras) if sys.argv[1] == "extras" else "\n".join(requires))
 EOF
 }
 all_extras="$(read_pyproject extras)"
-extras="${extras:-course,dev,serve}"  # the doctor's fix line; other extras (e.g. the web site's) are in the kit too
+extras="${extras:-course,dev,serve}"  # what `make course` installs; the other extras (the site's) are in the kit too
 
 quote() {  # one argument as a reader would type it: bare when safe, else in single quotes
     if [[ "$1" =~ ^[A-Za-z0-9_./=:+,@%-]+$ ]]; then printf '%s' "$1"; else printf "'%s'" "${1//\'/\'\\\'\'}"; fi
@@ -99,8 +101,8 @@ if [ "$mode" = install ]; then
              "(scripts/make_wheelhouse.sh download $dir)" >&2
         exit 1
     fi
-    run "$PYTHON" -m pip install --no-index --find-links "$dir" "$torch_pin"
-    run "$PYTHON" -m pip install --no-index --find-links "$dir" -e ".[$extras]"
+    run "$PYTHON" -m pip install --no-index --find-links "$dir" -c constraints.txt "$torch_pin"
+    run "$PYTHON" -m pip install --no-index --find-links "$dir" -c constraints.txt -e ".[$extras]"
     echo "Then check the machine: $PYTHON -m specdec_lib doctor"
     exit 0
 fi
@@ -108,8 +110,8 @@ fi
 index_args=()
 if [ -n "$torch_index" ]; then index_args=(--extra-index-url "$torch_index"); fi
 run mkdir -p "$dir"
-run "$PYTHON" -m pip download --dest "$dir" "${index_args[@]}" "$torch_pin"
-run "$PYTHON" -m pip download --dest "$dir" --find-links "$dir" "$torch_pin" ".[$all_extras]"
+run "$PYTHON" -m pip download --dest "$dir" "${index_args[@]}" -c constraints.txt "$torch_pin"
+run "$PYTHON" -m pip download --dest "$dir" --find-links "$dir" -c constraints.txt "$torch_pin" ".[$all_extras]"
 mapfile -t build_requires < <(read_pyproject requires)
 run "$PYTHON" -m pip download --dest "$dir" "${build_requires[@]}" wheel
 if [ "$dry_run" = 1 ]; then
@@ -127,8 +129,6 @@ else
     fi
     echo "$(ls "$dir" | wc -l) files, $(du -sh "$dir" | cut -f1) in $dir"
 fi
-echo "On each classroom machine, in an activated venv at the repository root:"
-echo "  $PYTHON -m pip install --no-index --find-links $dir $torch_pin"
-echo "  $PYTHON -m pip install --no-index --find-links $dir -e \".[$extras]\""
-echo "  $PYTHON -m specdec_lib doctor"
-echo "(or: scripts/make_wheelhouse.sh install $dir)"
+echo "On each classroom machine: copy $dir to wheelhouse/ at the repository root, then run make course"
+echo "(it installs from wheelhouse/ without the network). In an activated environment of your own instead:"
+echo "  scripts/make_wheelhouse.sh install $dir"

@@ -105,7 +105,7 @@ def test_transformers_check_rejects_other_versions_with_the_fix(version):
     assert not result.ok
     assert version in result.detail
     assert ">=5.17,<5.25" in result.detail
-    assert "pip install 'transformers>=5.17,<5.25'" in result.detail
+    assert doctor.FIX_INSTALL in result.detail and "make course" in result.detail
 
 
 def test_transformers_check_reads_the_installed_version(monkeypatch):
@@ -144,7 +144,7 @@ def test_course_tools_missing_module_fails_with_the_pip_command(monkeypatch):
     result = doctor.check_course_tools((("json", "course"), ("nbval", "dev")))
     assert not result.ok
     assert "nbval" in result.detail
-    assert 'pip install -e ".[course,dev,serve]"' in result.detail
+    assert 'make course' in result.detail and '-e ".[course,dev,serve]"' in result.detail
 
 
 def test_course_tools_all_present():
@@ -316,3 +316,38 @@ def test_python_dash_m_help_runs():
     )
     assert done.returncode == 0, done.stderr
     assert "doctor" in done.stdout
+
+
+# --------------------------------------------------------------------------- a GPU torch cannot use
+
+SMI_HEADER = "| NVIDIA-SMI 535.104.05   Driver Version: 535.104.05   CUDA Version: {} |"
+
+
+def test_driver_cuda_reads_nvidia_smi_header():
+    assert doctor.driver_cuda(SMI_HEADER.format("12.2")) == (12, 2)
+    assert doctor.driver_cuda("no header here") is None and doctor.driver_cuda(None) is None
+
+
+def test_a_driver_older_than_the_torch_build_is_named_with_both_versions_and_the_fixes():
+    problem = doctor.gpu_left_unused("cpu (2 threads)", "12.8", SMI_HEADER.format("12.2"))
+    assert "CUDA 12.8" in problem and "only up to 12.2" in problem
+    assert "update the NVIDIA driver" in problem and "SPECDEC_TORCH_INDEX" in problem and "SPECDEC_DEVICE=cpu" in problem
+
+
+def test_no_complaint_without_a_gpu_with_a_cpu_build_or_on_the_gpu():
+    assert doctor.gpu_left_unused("cpu (2 threads)", "12.8", None) is None  # no nvidia-smi: nothing to use
+    assert doctor.gpu_left_unused("cpu (2 threads)", None, SMI_HEADER.format("12.2")) is None  # a CPU build, chosen
+    assert doctor.gpu_left_unused("cuda:0 (NVIDIA H100)", "12.8", SMI_HEADER.format("12.9")) is None
+
+
+def test_device_check_fails_when_torch_leaves_the_gpu_unused_unless_the_cpu_is_asked_for(monkeypatch):
+    import torch
+
+    monkeypatch.delenv("SPECDEC_DEVICE", raising=False)
+    monkeypatch.setattr(doctor, "nvidia_smi", lambda: SMI_HEADER.format("11.4"))
+    monkeypatch.setattr(torch.version, "cuda", "12.8")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    result = doctor.check_device()
+    assert not result.ok and "only up to 11.4" in result.detail
+    monkeypatch.setenv("SPECDEC_DEVICE", "cpu")
+    assert doctor.check_device().ok

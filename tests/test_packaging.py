@@ -28,6 +28,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = ROOT / "pyproject.toml"
 ENVIRONMENT = ROOT / "environment.yml"
 CI_RUN = ROOT / ".ci" / "run"
+CONSTRAINTS = ROOT / "constraints.txt"
+MAKEFILE = ROOT / "Makefile"
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
 #: the README's budget, in words of prose (code blocks, comments and link targets not counted)
@@ -161,10 +163,11 @@ def readme_test_command() -> str:
     return fenced_after(README.read_text(), "test-command")
 
 
-def ci_torch_pin() -> str:
-    match = re.search(r"pip install (?:-q |--quiet )?['\"]?(torch==[0-9.]+)", CI_RUN.read_text())
-    assert match, ".ci/run should install a pinned torch"
-    return match.group(1)
+def locked_torch_pin() -> str:
+    """The torch pin of constraints.txt, which `make course`, `make test` and the offline kit install."""
+    pins = re.findall(r"^(torch==[0-9.]+)$", CONSTRAINTS.read_text(), flags=re.M)
+    assert len(pins) == 1, f"constraints.txt should pin torch once, found {pins}"
+    return pins[0]
 
 
 # --------------------------------------------------------------------------- the real files
@@ -174,38 +177,90 @@ def test_environment_yml_agrees_with_pyproject():
     assert env_problems(load_environment(), load_pyproject()) == []
 
 
-def test_ci_environment_and_pyproject_agree_on_torch():
-    pin = ci_torch_pin()
+def test_the_lock_environment_and_pyproject_agree_on_torch():
+    pin = locked_torch_pin()
     _, pip = split_environment(load_environment())
-    assert pin in pip, f".ci/run installs {pin}, environment.yml does not"
+    assert pin in pip, f"constraints.txt pins {pin}, environment.yml installs another torch"
+    assert "-c constraints.txt" in pip, "environment.yml does not install under constraints.txt"
     torch_spec = pyproject_requirements(load_pyproject())["torch"][0].specifier
     assert Version(pin.split("==")[1]) in torch_spec
     # a torch range without a ceiling is fine only as a lower bound that the pin meets
     assert all(s.operator in (">=", ">") for s in torch_spec), "do not pin an unbounded newer torch"
 
 
-def test_readme_test_command_is_the_one_ci_runs():
-    command = readme_test_command()
-    assert command.startswith("python -m pytest")
-    assert "--nbval " in command + " " and "--nbval-lax" not in command
-    ci_lines = [line.strip() for line in CI_RUN.read_text().splitlines()]
-    assert command in ci_lines, f".ci/run does not run the README's test command:\n{command}"
+def load_bootstrap():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bootstrap", ROOT / "scripts" / "bootstrap.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def test_readme_bfloat16_tier_is_run_by_ci_in_bfloat16_under_nbval_lax():
-    command = fenced_after(README.read_text(), "bf16-command")
-    assert command.startswith("SPECDEC_DTYPE=bfloat16 python -m pytest") and "--nbval-lax" in command
-    assert command in [line.strip() for line in CI_RUN.read_text().splitlines()], ".ci/run skips the bfloat16 tier"
+def make_targets() -> dict[str, str]:
+    """{target: its recipe} of the Makefile (targets that share a recipe each get it)."""
+    targets: dict[str, str] = {}
+    for names, recipe in re.findall(r"^([a-z][a-z0-9 -]*):[^\n=]*\n\t(.+)$", MAKEFILE.read_text(), flags=re.M):
+        for name in names.split():
+            targets[name] = recipe.replace("$@", name)
+    return targets
+
+
+def ci_commands() -> list[str]:
+    return [line.strip() for line in CI_RUN.read_text().splitlines() if line.strip() and not line.startswith("#")]
+
+
+def test_readme_set_up_is_two_commands_that_make_runs_through_the_bootstrap_script():
+    text = README.read_text()
+    set_up = text[text.index("## Set-up"):text.index("\n## ", text.index("## Set-up") + 1)]
+    blocks = re.findall(r"```[a-z]*\n(.*?)\n```", set_up, flags=re.S)
+    assert blocks == ["make course", "make test"], f"the set-up section's commands: {blocks}"
+    targets = make_targets()
+    for command in ("make course", "make test", fenced_after(text, "bf16-command"), fenced_after(text, "site-command")):
+        target = command.split()[1]
+        assert targets.get(target, "").endswith(f"scripts/bootstrap.py {target} $(ARGS)"), (target, targets)
+        assert target in load_bootstrap().EXTRAS
+
+
+def test_ci_runs_the_readme_commands_and_installs_nothing_else_but_the_browser():
+    commands = ci_commands()
+    assert readme_test_command() == "make test" and "make test" in commands
+    assert fenced_after(README.read_text(), "bf16-command") == "make test-bf16" and "make test-bf16" in commands
+    installs = [line for line in commands if re.search(r"\b(pip|conda|venv)\b", line) or "install" in line]
+    assert all("apt-get" in line and "chromium" in line for line in installs), installs
+
+
+def test_the_test_commands_are_the_ones_docs_explain():
+    """docs/library.md explains the pytest command behind `make test` option by option: it must be that command."""
+    bootstrap = load_bootstrap()
+    documented = re.search(r"```bash\n(python -m pytest [^\n]*)\n```", (DOCS / "library.md").read_text()).group(1)
+    assert documented == "python " + " ".join(f'"{a}"' if " " in a else a for a in bootstrap.TEST_COMMAND)
+    assert "--nbval" in bootstrap.TEST_COMMAND and "--nbval-lax" not in bootstrap.TEST_COMMAND
+    assert "--nbval-lax" in bootstrap.BF16_COMMAND
 
 
 def test_readme_open_course_command():
-    """The README opens a learner's own copy (``python -m specdec_lib course``), never the tracked notebooks that
-    nbval and the site read, and the command exists."""
+    """The README opens a learner's own copy (``make course`` runs ``python -m specdec_lib course``), never the
+    tracked notebooks that nbval and the site read, and the command exists."""
     from specdec_lib.__main__ import COMMANDS
 
-    command = fenced_after(README.read_text(), "open-course")
-    assert command == "python -m specdec_lib course"
-    assert command.split()[3] in COMMANDS
+    assert fenced_after(README.read_text(), "open-course") == "make course"
+    assert "course" in COMMANDS
+
+
+def test_the_lock_pins_what_pyproject_allows_and_the_packages_the_course_depends_on():
+    pins = {}
+    for line in CONSTRAINTS.read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, version = line.split("==")
+            pins[canonicalize_name(name)] = Version(version)
+    for name in ("torch", "transformers", "nbval", "jupyterlab", "tokenizers", "pytest"):
+        assert name in pins, f"constraints.txt does not pin {name}"
+    for name, requirements in pyproject_requirements(load_pyproject()).items():
+        for requirement in requirements:
+            if name in pins:
+                assert requirement.specifier.contains(pins[name], prereleases=True), (
+                    f"constraints.txt pins {name}=={pins[name]}, outside pyproject.toml's {requirement}")
 
 
 def readme_prose(text: str) -> str:
@@ -233,7 +288,7 @@ def test_readme_is_a_short_page_a_newcomer_can_start_from():
     assert re.search(r"^#+ Start here", text, flags=re.M), "README.md has no 'Start here' section"
     for marker in ("open-course", "test-command", "site-command"):
         assert f"<!-- {marker} -->" in text, f"README.md lost its <!-- {marker} --> command"
-    assert fenced_after(text, "site-command").startswith("python -m specdec_lib site")
+    assert fenced_after(text, "site-command") == "make site"
     linked = set(re.findall(r"\]\((docs/[^)#\s]+)", text))
     pages = {page.relative_to(ROOT).as_posix() for page in sorted(DOCS.glob("*.md"))}
     assert pages, "docs/ holds no pages"
@@ -242,10 +297,8 @@ def test_readme_is_a_short_page_a_newcomer_can_start_from():
 
 
 def test_sanitize_file_named_by_the_test_command_exists_and_parses():
-    command = readme_test_command()
-    match = re.search(r"--nbval-sanitize-with (\S+)", command)
-    assert match
-    path = ROOT / match.group(1)
+    command = load_bootstrap().TEST_COMMAND
+    path = ROOT / command[command.index("--nbval-sanitize-with") + 1]
     assert path.is_file()
     from nbval.plugin import get_sanitize_patterns
 
@@ -262,7 +315,6 @@ def test_ci_run_is_strict_executable_bash():
     assert os.access(CI_RUN, os.X_OK), ".ci/run must be executable (git update-index --chmod=+x)"
     done = subprocess.run(["bash", "-n", str(CI_RUN)], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    assert "python -m specdec_lib doctor" in text
 
 
 def test_doctor_ranges_match_pyproject():
@@ -270,6 +322,7 @@ def test_doctor_ranges_match_pyproject():
 
     pyproject = load_pyproject()
     assert pyproject["project"]["requires-python"] == ">=" + ".".join(map(str, doctor.MIN_PYTHON))
+    assert load_bootstrap().MIN_PYTHON == doctor.MIN_PYTHON
     allowed = pyproject_requirements(pyproject)
     assert str(allowed["transformers"][0].specifier) == str(SpecifierSet(doctor.TRANSFORMERS_SPEC))
     low, high = doctor.TRANSFORMERS_RANGE

@@ -16,6 +16,8 @@ import argparse
 import importlib
 import os
 import platform
+import re
+import subprocess
 import sys
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence, TextIO
@@ -36,7 +38,9 @@ COURSE_MODULES = (
     ("matplotlib", "course"),
     ("nbval", "dev"),
 )
-FIX_INSTALL = "pip install -e \".[course,dev,serve]\""
+#: The set-up that installs everything the course needs (scripts/bootstrap.py); in an environment of one's own, the
+#: pip line of docs/install.md.
+FIX_INSTALL = "make course (or, in your own environment: pip install -c constraints.txt -e \".[course,dev,serve]\")"
 
 
 @dataclass(frozen=True)
@@ -91,8 +95,8 @@ def check_python(version_info: Sequence[int] | None = None) -> CheckResult:
         return CheckResult("python", True, f"{found} ({platform.python_implementation()}, >= {_fmt(MIN_PYTHON)})")
     return CheckResult(
         "python", False,
-        f"{found} is too old: the course needs Python >= {_fmt(MIN_PYTHON)} "
-        f"(create a new venv or conda env with a newer Python)",
+        f"{found} is too old: the course needs Python >= {_fmt(MIN_PYTHON)}; "
+        f"fix: make course PYTHON=python3.X with a newer Python (it creates .venv with it)",
     )
 
 
@@ -103,14 +107,13 @@ def check_torch() -> CheckResult:
     except Exception as exc:  # ImportError, or a broken binary
         return CheckResult(
             "torch", False,
-            f"not importable ({_error(exc)}); install it first: pip install torch==2.13.0 "
-            f"(CPU) or the CUDA build from pytorch.org",
+            f"not importable ({_error(exc)}); fix: {FIX_INSTALL}",
         )
     version = getattr(torch, "__version__", "?")
     if version_tuple(version)[:2] < MIN_TORCH:
         return CheckResult(
             "torch", False,
-            f"{version} is too old: need torch >= {_fmt(MIN_TORCH)} (pip install torch==2.13.0)",
+            f"{version} is too old: need torch >= {_fmt(MIN_TORCH)}; fix: {FIX_INSTALL}",
         )
     cuda = getattr(getattr(torch, "version", None), "cuda", None)
     build = f"CUDA {cuda} build" if cuda else "CPU build"
@@ -126,7 +129,7 @@ def check_transformers(version: str | None = None) -> CheckResult:
         except Exception as exc:
             return CheckResult(
                 "transformers", False,
-                f"not importable ({_error(exc)}); fix: pip install 'transformers{TRANSFORMERS_SPEC}'",
+                f"not importable ({_error(exc)}); fix: {FIX_INSTALL}",
             )
         version = getattr(transformers, "__version__", "0")
     low, high = TRANSFORMERS_RANGE
@@ -136,7 +139,7 @@ def check_transformers(version: str | None = None) -> CheckResult:
     return CheckResult(
         "transformers", False,
         f"{version} is outside {TRANSFORMERS_SPEC}, which the library is tested with; "
-        f"fix: pip install 'transformers{TRANSFORMERS_SPEC}'",
+        f"fix: {FIX_INSTALL}",
     )
 
 
@@ -159,18 +162,61 @@ def check_course_tools(modules: Iterable[tuple[str, str]] = COURSE_MODULES) -> C
     return CheckResult("course tools", True, ", ".join(found))
 
 
-def check_device() -> CheckResult:
-    """The device every notebook will use: specdec_lib.get_device() (SPECDEC_DEVICE overrides)."""
+def nvidia_smi() -> str | None:
+    """The output of `nvidia-smi` (its header names the newest CUDA the driver supports), or None without one."""
     try:
+        done = subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def driver_cuda(smi_output: str | None) -> tuple[int, ...] | None:
+    """The newest CUDA version the NVIDIA driver supports, from nvidia-smi's header ('CUDA Version: 12.4')."""
+    match = re.search(r"CUDA Version:\s*([0-9.]+)", smi_output or "")
+    return version_tuple(match.group(1)) if match else None
+
+
+def gpu_left_unused(device: str, torch_cuda: str | None, smi_output: str | None) -> str | None:
+    """Why the course runs on the CPU of a machine with an NVIDIA GPU, or None when it does not (or means to).
+
+    A CUDA build of torch that finds no GPU while nvidia-smi answers is the usual sign of a driver older than the
+    build: torch then falls back to the CPU without a word."""
+    if not device.startswith("cpu") or smi_output is None or not torch_cuda:
+        return None
+    supported = driver_cuda(smi_output)
+    needed = version_tuple(torch_cuda)
+    if supported is not None and supported[:2] >= needed[:2]:
+        driver = f"the driver supports CUDA up to {_fmt(supported)}, yet torch finds no usable GPU"
+    else:
+        driver = ("the driver supports CUDA only up to " + _fmt(supported) if supported
+                  else "nvidia-smi names no CUDA version")
+    return (f"nvidia-smi sees an NVIDIA GPU, but this torch is built for CUDA {torch_cuda} and {driver}, so the course "
+            "would run on the CPU. Fix: update the NVIDIA driver; or install a torch build for the driver's CUDA "
+            "(SPECDEC_TORCH_INDEX=https://download.pytorch.org/whl/cuXYZ make course, with XYZ from pytorch.org); "
+            "or SPECDEC_DEVICE=cpu to use the CPU on purpose")
+
+
+def check_device() -> CheckResult:
+    """The device every notebook will use: specdec_lib.get_device() (SPECDEC_DEVICE overrides); a FAIL when an NVIDIA
+    GPU is there but torch cannot use it (`gpu_left_unused`), unless SPECDEC_DEVICE asks for the CPU."""
+    try:
+        import torch
+
         from specdec_lib.core.devices import describe_device, get_device
 
         device = get_device()
-        return CheckResult("device", True, str(describe_device(device)))
+        described = str(describe_device(device))
     except Exception as exc:
         hint = ""
         if os.environ.get("SPECDEC_DEVICE") and "SPECDEC_DEVICE" not in str(exc):
             hint = f" (SPECDEC_DEVICE={os.environ['SPECDEC_DEVICE']!r} is set: is that device available?)"
         return CheckResult("device", False, f"{_error(exc)}{hint}")
+    if not os.environ.get("SPECDEC_DEVICE"):
+        problem = gpu_left_unused(described, torch.version.cuda, nvidia_smi())
+        if problem:
+            return CheckResult("device", False, f"{described}: {problem}")
+    return CheckResult("device", True, described)
 
 
 def check_dtype() -> CheckResult:
