@@ -37,6 +37,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MIN_PYTHON = (3, 10)  # pyproject.toml's requires-python (tests/test_bootstrap.py checks it)
@@ -51,10 +52,11 @@ COURSE_EXTRAS = ("course", "dev", "serve")
 TEST_EXTRAS = COURSE_EXTRAS + ("site",)
 EXTRAS = {"course": COURSE_EXTRAS, "test": TEST_EXTRAS, "test-bf16": TEST_EXTRAS, "site": TEST_EXTRAS,
           "lock": TEST_EXTRAS}
-#: what must import for an environment to count as installed (a cheap stand-in for the doctor on a second run)
-IMPORT_CHECK = {"course": "import specdec_lib, jupyterlab, ipywidgets, matplotlib, nbval",
-                "dev": "import pytest, nbval, xdist, scipy", "serve": "import fastapi, uvicorn, openai",
-                "site": "import sphinx, myst_nb, selenium"}
+#: what must be importable for an environment to count as installed (found, not imported: a second run stays fast;
+#: the doctor imports them after each install)
+MODULES = {"course": ("torch", "transformers", "specdec_lib", "jupyterlab", "ipywidgets", "matplotlib"),
+           "dev": ("pytest", "nbval", "xdist", "scipy"), "serve": ("fastapi", "uvicorn", "openai"),
+           "site": ("sphinx", "myst_nb", "selenium")}
 
 #: The README's test command: the unit tests and every notebook under nbval, strict.
 TEST_COMMAND = ("-m", "pytest", "-n", "2", "--dist", "loadscope", "-m", "not slow", "course", "tests", "--nbval",
@@ -220,15 +222,14 @@ def write_record(venv, key, extras):
         json.dump({"key": key, "extras": sorted(extras)}, handle)
 
 
-def imports_fine(python, extras):
-    """The first import that fails in the environment ('' when all import)."""
-    for extra in extras:
-        done = subprocess.run([python, "-c", IMPORT_CHECK[extra]], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              universal_newlines=True)
-        if done.returncode != 0:
-            lines = done.stdout.strip().splitlines()
-            return "{} ({})".format(IMPORT_CHECK[extra], lines[-1] if lines else "failed")
-    return ""
+def missing_modules(python, extras):
+    """The modules of `MODULES` that the environment's Python cannot find ('' when it finds them all)."""
+    names = [name for extra in extras for name in MODULES[extra]]
+    code = ("import importlib.util, sys\n"
+            "print(' '.join(n for n in sys.argv[1:] if importlib.util.find_spec(n) is None))")
+    done = subprocess.run([python, "-c", code] + names, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          universal_newlines=True)
+    return done.stdout.strip() if done.returncode == 0 else "the check itself failed: " + done.stdout.strip()
 
 
 # --------------------------------------------------------------------------- pip
@@ -344,10 +345,10 @@ def ensure_environment(command, venv):
     key = install_key(extras, lock)
     record = read_record(venv)
     if record and record.get("key") == key:
-        failed = imports_fine(python, extras)
-        if not failed:
+        missing = missing_modules(python, extras)
+        if not missing:
             return python
-        say("the environment in {} is incomplete ({} failed): repairing it".format(venv, failed))
+        say("the environment in {} is incomplete (not found: {}): repairing it".format(venv, missing))
     elif record is None and health == "ok":
         say("the environment in {} has no completed install (an earlier run stopped before the end, or it was "
             "made by hand): finishing it".format(venv))
@@ -425,6 +426,7 @@ def main(argv):
             return 2
         return 0 if argv else 2
     command, rest = argv[0], argv[1:]
+    started = time.time()
     venv = os.path.abspath(os.environ.get("SPECDEC_VENV") or os.path.join(ROOT, ".venv"))
     try:
         if command == "lock":
@@ -433,6 +435,7 @@ def main(argv):
                 raise SetupError(problem)
             return refresh_lock(rest)
         python = ensure_environment(command, venv)
+        say("environment ready after {:.1f} s; now: {}".format(time.time() - started, command))
     except SetupError as error:
         print("bootstrap: " + str(error), file=sys.stderr)
         return 1

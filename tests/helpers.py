@@ -438,3 +438,15 @@ class Counting(WrappedDrafter):
         draft = self.inner.propose(context, sampling, generator)
         self.proposing_rounds += len(draft) > 0
         return draft
+
+
+@functools.cache
+def load_bootstrap():
+    """scripts/bootstrap.py as a module (it is a script, not part of the package: it runs before anything is
+    installed)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bootstrap", Path(__file__).resolve().parents[1] / "scripts" / "bootstrap.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers import load_bootstrap
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
@@ -186,15 +187,6 @@ def test_the_lock_environment_and_pyproject_agree_on_torch():
     assert Version(pin.split("==")[1]) in torch_spec
     # a torch range without a ceiling is fine only as a lower bound that the pin meets
     assert all(s.operator in (">=", ">") for s in torch_spec), "do not pin an unbounded newer torch"
-
-
-def load_bootstrap():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("bootstrap", ROOT / "scripts" / "bootstrap.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def make_targets() -> dict[str, str]:

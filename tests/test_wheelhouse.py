@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from helpers import load_bootstrap
 
 from specdec_lib.teaching import doctor
 
@@ -35,11 +36,7 @@ def pyproject_extras() -> str:
 
 def bootstrap_extras() -> tuple[set[str], tuple[str, ...]]:
     """(every extra the set-up installs for some command, the extras of `make course`), from scripts/bootstrap.py."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("bootstrap", ROOT / "scripts" / "bootstrap.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_bootstrap()
     return {extra for extras in module.EXTRAS.values() for extra in extras}, module.COURSE_EXTRAS
 
 
