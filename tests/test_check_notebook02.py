@@ -66,10 +66,11 @@ def test_reported_q_stub():
     assert "still raises NotImplementedError" in repr(check.output_with_reported_q(stub))
 
 
-@pytest.mark.parametrize("wrong", ["b", "c", "d"])
-def test_refused_q_wrong_options_fail_with_their_feedback(wrong):
+@pytest.mark.parametrize(("wrong", "named"), [("b", "Nothing is divided"), ("c", "always kept"),
+                                               ("d", "easy to pass, not impossible")])
+def test_refused_q_wrong_options_fail_with_their_feedback(wrong, named):
     report = check.refused_q(wrong)
-    assert not report and f"Not ({wrong})." in repr(report)
+    assert not report and f"Not ({wrong})." in repr(report) and named in repr(report)
 
 
 def test_refused_q_the_right_option_passes_and_the_stub_is_asked_for_a_letter():
@@ -77,44 +78,69 @@ def test_refused_q_the_right_option_passes_and_the_stub_is_asked_for_a_letter():
     assert "Answer with one of" in repr(check.refused_q(None))
 
 
-def point_mass(p, q):  # the solution: enumerate the draft x ~ q, accepted with probability p(x)
-    out = q * p
-    for x in range(len(p)):
-        rest = p.clone()
-        rest[x] = 0.0
-        if rest.sum() > 0:  # p(x) = 1: always accepted, no recovery
-            out = out + q[x] * (1 - p[x]) * rest / rest.sum()
-    return out, float((q * p).sum())
+def one_hot(p, x):
+    return torch.nn.functional.one_hot(torch.tensor(x), len(p)).to(p.dtype)
+
+
+def point_mass(p, x):  # the solution: q = δ_x, x kept with probability min(1, p(x) / 1), else the residual
+    return p[x] * one_hot(p, x), (1 - p[x]) * residual_distribution(p, one_hot(p, x))
 
 
 def test_point_mass_the_solution_passes():
     assert check.point_mass_output(point_mass)
 
 
-def test_point_mass_alpha_sum_min_is_named():
-    assert "alpha = sum_x q(x) p(x), not sum min(p, q)" in repr(
-        check.point_mass_output(lambda p, q: (point_mass(p, q)[0], float(torch.minimum(p, q).sum()))))
+def test_point_mass_the_stated_conclusion_over_all_drafts_is_named():
+    """The shortcut of the former statement, (out = p, alpha = sum q p), built nothing: it is refused by its shape."""
+    report = check.point_mass_output(lambda p, q: (p.clone(), float((p * q).sum())))
+    assert not report and "look like (out, alpha) over all drafts" in repr(report)
+
+
+def test_point_mass_all_of_p_emitted_by_acceptance_is_named():
+    report = check.point_mass_output(lambda p, x: (p.clone(), torch.zeros_like(p)))
+    assert not report and "the acceptance can only emit the draft x itself" in repr(report)
+
+
+def test_point_mass_all_of_p_emitted_by_recovery_is_named():
+    report = check.point_mass_output(lambda p, x: (torch.zeros_like(p), p.clone()))
+    assert not report and "accepted with probability min(1, p(x) / q(x)) = p(x)" in repr(report)
 
 
 def test_point_mass_recovering_from_p_itself_is_named():
-    def keeps_x(p, q):
-        kept = q * p
-        return kept + (1 - kept.sum()) * p, float(kept.sum())
+    report = check.point_mass_output(lambda p, x: (point_mass(p, x)[0], (1 - p[x]) * p))
+    assert not report and "cannot be the rejected draft x" in repr(report)
 
-    assert "cannot be the rejected draft x" in repr(check.point_mass_output(keeps_x))
+
+def test_point_mass_always_keeping_the_draft_is_named():
+    report = check.point_mass_output(lambda p, x: (one_hot(p, x), torch.zeros_like(p)))
+    assert not report and "x is not always kept" in repr(report)
+
+
+def test_point_mass_keeping_only_the_argmax_is_named():
+    report = check.point_mass_output(lambda p, x: (float(x == int(p.argmax())) * one_hot(p, x), torch.zeros_like(p)))
+    assert not report and "greedy matching" in repr(report)
+
+
+def test_point_mass_the_residual_as_a_distribution_is_named():
+    report = check.point_mass_output(lambda p, x: (point_mass(p, x)[0], residual_distribution(p, one_hot(p, x))))
+    assert not report and "recovered is a mass, not a distribution" in repr(report)
+
+
+def test_point_mass_an_unnormalised_residual_weighted_is_named():
+    def unnormalised(p, x):
+        return point_mass(p, x)[0], (1 - p[x]) * torch.clamp(p - one_hot(p, x), min=0)
+
+    report = check.point_mass_output(unnormalised)
+    assert not report and "normalise the residual before weighting it" in repr(report)
 
 
 def test_point_mass_a_certain_p_divided_is_named():
-    def divides(p, q):
-        out = q * p
-        for x in range(len(p)):
-            rest = p.clone()
-            rest[x] = 0.0
-            out = out + q[x] * (1 - p[x]) * rest / rest.sum()
-        return out, float((q * p).sum())
+    def divides(p, x):
+        residual = torch.clamp(p - one_hot(p, x), min=0)
+        return point_mass(p, x)[0], (1 - p[x]) * residual / residual.sum()
 
     report = check.point_mass_output(divides)
-    assert "certain" in report.case_name and "NaN" in repr(report)
+    assert "never rejected" in report.case_name and "NaN" in repr(report)
 
 
 def test_point_mass_stub():

@@ -3,10 +3,11 @@
 Every check computes exactly (no sampling) on hidden toy distributions:
 
 - ``output_with_reported_q(output_with_reported_q)``: the emitted token's distribution and alpha when drafts
-  drawn from ``q_true`` are verified with another ``q_reported``; ``refused_q("a")``: which reported q
-  `verify_exact` refuses outright, and why;
-- ``point_mass_output(point_mass_output)``: the same with ``q=None`` (a point mass on each draft): the output is p,
-  alpha is ``sum q p``;
+  drawn from ``q_true`` are verified with another ``q_reported``; ``refused_q("a")``: what the rule would do with
+  the argmax one-hot that `verify_exact` refuses, if it were let through;
+- ``point_mass_output(point_mass_output)``: for one given draft x verified as a point mass (``q=None``), the
+  emitted token's mass split into what the acceptance emits and what the recovery emits (their sum, and what it
+  means for any drafter, is for the learner to derive);
 - ``accepted_count_law(accepted_count_law)`` against `stats.accepted_count_distribution`, and
   ``metrics_from_counts(metrics_from_counts)``: alpha, acceptance rate and mean acceptance length from a histogram
   of accepted counts, against the trace's `per_token_acceptance`, `acceptance_rate`, `mean_acceptance_length`.
@@ -20,7 +21,7 @@ import torch
 
 from ...core.stats import accepted_count_distribution
 from ...core.trace import RoundRecord, Trace, acceptance_rate, mean_acceptance_length, per_token_acceptance
-from ...core.verify import acceptance_probability, residual_distribution
+from ...core.verify import residual_distribution
 from .core import Case, CheckReport, check_choice, close, describe, mismatch, run_cases, tensor_problem
 
 # --- exercise 1: the wrong q -------------------------------------------------------------------------------------
@@ -112,68 +113,114 @@ def output_with_reported_q(learner: Any) -> CheckReport:
 
 
 REFUSED_Q = {
-    "a": "The argmax one-hot gives probability 0 to every token but the argmax, yet the drafter sampled other tokens "
-         "too: a q that rules out the drawn token cannot be the distribution it was drawn from, so verify_exact raises "
-         "a ConfigError. Let through, the test u · 0 < p(x) would accept such a draft whenever p(x) > 0, and the "
-         "output would lean towards the draft.",
-    "b": "The one-hot of the sampled token is a point mass on the draft, which is what q=None means: exact for any "
-         "drafter (exercise 2), only accepted less often. Nothing to refuse.",
-    "c": "Only one of them is wrong: a point mass on the token actually drawn is a valid description of the draft "
-         "(exercise 2), the argmax one-hot is not.",
-    "d": "The untempered softmax is positive everywhere, so verify_exact cannot tell it from the true q on the spot: "
-         "only a statistical test of the output (the chi-square of this exercise) catches it.",
+    "a": "The test is u · q(x) < p(x) (section 4's my_verify_exact). For every draft but the argmax the reported q(x) "
+         "is 0, so it reads u · 0 < p(x): kept whenever p(x) > 0, however often the drafter proposes x. The argmax a "
+         "has q(a) = 1 and is kept with probability p(a) only, although the drafter proposes it q_true(a) < 1 of the "
+         "time. So a comes out q_true(a) · p(a) of the time, less than p(a), and the other tokens make up the "
+         "difference: the output is not p. A q that gives the drawn token probability 0 cannot be the distribution it "
+         "was drawn from, which is what verify_exact's ConfigError says.",
+    "b": "Nothing is divided: verify_exact tests u · q(x) < p(x), a product. And in the form min(1, p(x) / q(x)), "
+         "p(x) / 0 is infinite and min(1, ∞) = 1: the draft would be accepted, silently, not crash.",
+    "c": "The proof of section 3 needs q to be the law the drafts came from: token y is drafted q(y) of the time and "
+         "kept with probability min(1, p(y) / q(y)), so acceptance emits min(p(y), q(y)) of it. With the one-hot, a "
+         "draft x other than the argmax is drafted q_true(x) of the time and always kept, and the argmax a, drafted "
+         "q_true(a) of the time, is kept only p(a) of it: the recovery cannot repair both, and the output is not p.",
+    "d": "A reported q(x) = 0 makes the test u · 0 < p(x) easy to pass, not impossible: the drafts other than the "
+         "argmax are accepted whenever p(x) > 0, not rejected.",
 }
 
 
 def refused_q(answer: Any) -> CheckReport:
-    """Multiple choice: which reported q does `verify_exact` refuse outright, and why."""
+    """Multiple choice: what the rule would do, let through, with the argmax one-hot that `verify_exact` refuses."""
     return check_choice("refused_q", answer, "a", REFUSED_Q)
 
 
 # --- exercise 2: no distribution at all --------------------------------------------------------------------------
 
 
+def _point_mass_split(p: torch.Tensor, x: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The emitted token's mass ``[V]`` given the draft x verified as a point mass ``q = δ_x``: (emitted by acceptance,
+    emitted by recovery). x is kept with probability ``min(1, p(x) / q(x)) = p(x)``; a rejection (``1 - p(x)``)
+    draws from the residual ``norm(max(p - δ_x, 0))``."""
+    point = torch.nn.functional.one_hot(torch.tensor(x), len(p)).to(p.dtype)  # [V]: q = δ_x
+    kept = float(torch.clamp(p[x] / point[x], max=1.0))  # min(1, p(x) / 1) = p(x)
+    return kept * point, (1 - kept) * residual_distribution(p, point)
+
+
 def _point_mass_cases() -> list[Case]:
     p = torch.tensor([0.40, 0.35, 0.15, 0.10])
-    q = torch.softmax(torch.tensor([1.0, 2.2, 0.3, 1.6]), dim=-1)
-    cases = [("a toy p and q", p, q), ("p = q", q, q.clone()),
-             ("p with a zero", torch.tensor([0.5, 0.0, 0.3, 0.2]), q),
-             ("p certain of one token (1 − p(x) = 0 for that draft)", torch.tensor([0.0, 1.0, 0.0, 0.0]), q)]
-    return [Case(name, (pp, qq), (pp.clone(), float((pp * qq).sum()))) for name, pp, qq in cases]
+    with_zero, certain = torch.tensor([0.5, 0.0, 0.3, 0.2]), torch.tensor([0.0, 1.0, 0.0, 0.0])
+    cases = [("a toy p, the draft x = 0 (p's most likely token)", p, 0), ("the same p, the draft x = 3", p, 3),
+             ("p with a zero, the draft x = 2", with_zero, 2),
+             ("p with a zero, the draft x = 1 has p(x) = 0 (never accepted)", with_zero, 1),
+             ("p certain of the draft x = 1 (never rejected)", certain, 1)]
+    return [Case(name, (pp, x), _point_mass_split(pp, x)) for name, pp, x in cases]
+
+
+def _split_pair(got: Any, vocab: int) -> tuple[torch.Tensor, torch.Tensor] | str:
+    """``(accepted [V], recovered [V])`` read from the learner's answer, or the message saying why it is not one."""
+    if isinstance(got, (tuple, list)) and len(got) == 2 and isinstance(got[0], torch.Tensor) and not isinstance(
+            got[1], torch.Tensor):
+        return (f"Expected a pair of tensors (accepted, recovered), got {describe(got)}: a distribution and a number "
+                "look like (out, alpha) over all drafts. This exercise asks for one given draft x and the two ways "
+                "the step can emit a token; what they add up to is for you to work out in the next cell.")
+    if not isinstance(got, (tuple, list)) or len(got) != 2:
+        return f"Expected a pair (accepted, recovered) of tensors [{vocab}], got {describe(got)}."
+    for name, part in zip(("accepted", "recovered"), got):
+        if not isinstance(part, torch.Tensor) or part.shape != (vocab,):
+            return f"Expected {name} to be a tensor of shape [{vocab}], got {describe(part)}."
+    return got[0].detach().cpu().double(), got[1].detach().cpu().double()
 
 
 def _judge_point_mass(case: Case, got: Any) -> str | None:
-    p, q = case.args
-    read = _output_pair(got, len(p))
+    p, x = case.args
+    read = _split_pair(got, len(p))
     if isinstance(read, str):
         return read
-    out, alpha = read
+    accepted, recovered = read
+    p = p.double()
+    expected_accepted, expected_recovered = (part.double() for part in case.expected)
     shown = case.expected
-    if bool(torch.isnan(out).any()) or alpha != alpha:
-        return mismatch(shown, (out, alpha), "NaN: when p(x) = 1 the draft x is always accepted, and renormalising "
-                                             "p without x divides 0 by 0. That branch has probability 0: skip it (or "
-                                             "use residual_distribution(p, point mass), which returns p there).")
-    out_ok = tensor_problem(out, p.double(), atol=1e-6) is None
-    alpha_ok = close(alpha, case.expected[1], rel_tol=1e-6, abs_tol=1e-9)
-    if out_ok and alpha_ok:
+
+    def same(a: torch.Tensor, b: torch.Tensor) -> bool:
+        return bool(torch.allclose(a, b, atol=1e-6, rtol=0))
+
+    if bool(torch.isnan(accepted).any() or torch.isnan(recovered).any()):
+        return mismatch(shown, read, "NaN: when p(x) = 1 the draft is never rejected and max(p − δ_x, 0) is all "
+                                     "zero, so normalising it divides 0 by 0. That branch has probability 1 − p(x) "
+                                     "= 0: its mass is 0 (residual_distribution(p, δ_x) returns p there).")
+    point = torch.nn.functional.one_hot(torch.tensor(x), len(p)).double()  # [V]: δ_x
+    if not same(accepted, expected_accepted):
+        if same(accepted, p) and not same(p, expected_accepted):
+            return mismatch(shown, read, "the acceptance can only emit the draft x itself: accepted is p(x) at x "
+                                         "and 0 elsewhere. The rest of p is the recovery's to emit.")
+        if same(accepted, point):
+            return mismatch(shown, read, "x is not always kept, not even as p's most likely token: it is accepted "
+                                         "with probability min(1, p(x) / q(x)) = p(x), since the point mass has q(x) "
+                                         "= 1. Keeping every draft is section 2's 'trust the draft', keeping the "
+                                         "argmax its 'greedy matching'; neither emits p.")
+        return mismatch(shown, read, "x is accepted with probability min(1, p(x) / q(x)) = p(x) (q = δ_x, q(x) = "
+                                     "1): accepted is p(x) at x and 0 elsewhere.")
+    if same(recovered, expected_recovered):
         return None
-    if out_ok and close(alpha, float(acceptance_probability(p, q)), rel_tol=1e-6):
-        return mismatch(shown, (out, alpha), "with q=None the verifier sees a point mass on x: it accepts x with "
-                                             "probability min(1, p(x) / 1) = p(x), so alpha = sum_x q(x) p(x), not "
-                                             "sum min(p, q).")
-    kept = q * p  # x accepted: emitted with probability q(x) p(x)
-    keeping_x = kept + (1 - float(kept.sum())) * p  # recovery drawn from p itself, x not removed
-    if not out_ok and torch.allclose(out, keeping_x.double(), atol=1e-6):
-        return mismatch(shown, (out, alpha), "the recovered token cannot be the rejected draft x: draw it from p "
-                                             "without x, renormalised (norm(max(p − δ_x, 0))).")
-    if abs(float(out.sum()) - 1) > 1e-4:
-        return mismatch(shown, (out, alpha), "out must sum to 1: renormalise p without x by 1 − p(x).")
-    return mismatch(shown, (out, alpha), "out(y) = q(y) p(y) + sum over x ≠ y of q(x) (1 − p(x)) p(y) / (1 − p(x)); "
-                                         "alpha = sum_x q(x) p(x).")
+    rejected = 1 - float(p[x])
+    residual = torch.clamp(p - point, min=0)  # max(p − δ_x, 0): p without x, not normalised
+    if same(recovered, rejected * p):
+        return mismatch(shown, read, "the recovered token cannot be the rejected draft x: it is drawn from "
+                                     "norm(max(p − δ_x, 0)), which is p without x, renormalised.")
+    if rejected > 0 and same(recovered, residual / residual.sum()):
+        return mismatch(shown, read, "recovered is a mass, not a distribution: the residual norm(max(p − δ_x, 0)) "
+                                     "times the probability of a rejection, 1 − p(x).")
+    if same(recovered, rejected * residual):
+        return mismatch(shown, read, "normalise the residual before weighting it: norm(max(p − δ_x, 0)) = max(p − "
+                                     "δ_x, 0) / (1 − p(x)), then times the rejection probability 1 − p(x).")
+    return mismatch(shown, read, "recovered = (1 − p(x)) · norm(max(p − δ_x, 0)): a rejection happens with "
+                                 "probability 1 − p(x) and draws from the residual of p against the point mass.")
 
 
 def point_mass_output(learner: Any) -> CheckReport:
-    """Check ``point_mass_output(p, q) -> (out [V], alpha)``: drafts x ~ q verified as point masses (q=None)."""
+    """Check ``point_mass_output(p, x) -> (accepted [V], recovered [V])``: the emitted token's mass for one draft x
+    verified as a point mass (``q=None``), split into what the acceptance and the recovery emit."""
     return run_cases("point_mass_output", learner, _point_mass_cases(), _judge_point_mass)
 
 
