@@ -1,8 +1,12 @@
 """The self-checks of notebook 01's exercises: the solutions pass, typical mistakes get their hint, stubs are named."""
 
+import random
+import statistics
+
 import pytest
 
 from specdec_lib import check
+from specdec_lib.core.theory import expected_tokens_per_round
 
 
 def verify(target_logits, draft_tokens):  # the solution
@@ -139,14 +143,130 @@ def test_forwards_saved_stub():
     assert "still raises NotImplementedError" in repr(check.forwards_saved(stub))
 
 
-@pytest.mark.parametrize("question", [check.best_gamma_gap, check.grounded_prompts])
-@pytest.mark.parametrize("wrong", ["a", "c", "d"])
-def test_multiple_choice_wrong_options_fail_with_their_feedback(question, wrong):
-    report = question(wrong)
-    assert not report and f"Not ({wrong})." in repr(report)
+def loop_costs(gamma, rounds, alone_rounds):  # the solution
+    step = statistics.median(r.verify_time for r in alone_rounds if r.kind != "prefill")
+    c = statistics.median(r.draft_time / r.draft_forwards for r in rounds if r.draft_forwards > 0)
+    v = statistics.median(r.verify_time for r in rounds if r.drafted == gamma)
+    return c / step, v / step
 
 
-@pytest.mark.parametrize("question", [check.best_gamma_gap, check.grounded_prompts])
-def test_multiple_choice_the_right_option_passes_and_the_stub_is_asked_for_a_letter(question):
-    assert question("b") and question("(B)")
-    assert "Answer with one of 'a', 'b', 'c', 'd'" in repr(question(None))
+def test_loop_costs_the_solution_passes():
+    assert repr(check.best_gamma_gap(loop_costs)) == "✅ best_gamma_gap: all 4 hidden cases pass."
+
+
+def test_loop_costs_the_theorys_own_assumptions_are_named():
+    # the shortcut: the stated conclusion ("c is larger in the loop"; v at the theory's 1) without reading the traces
+    report = check.best_gamma_gap(lambda gamma, rounds, alone_rounds: (0.12, 1.0))
+    assert not report and "v = 1 is the theory's own assumption" in repr(report)
+
+
+def step(alone_rounds):  # the target alone's step in its loop: the median verify time after the prefill
+    return statistics.median(r.verify_time for r in alone_rounds if r.kind != "prefill")
+
+
+def in_seconds(gamma, rounds, alone_rounds):
+    return tuple(x * step(alone_rounds) for x in loop_costs(gamma, rounds, alone_rounds))
+
+
+def per_round(gamma, rounds, alone_rounds):  # a whole round's drafting, not one draft forward's
+    c = statistics.median(r.draft_time for r in rounds if r.drafted) / step(alone_rounds)
+    return c, loop_costs(gamma, rounds, alone_rounds)[1]
+
+
+def per_gamma(gamma, rounds, alone_rounds):  # a shortened round's drafting divided by gamma
+    c = statistics.median(r.draft_time / gamma for r in rounds if r.drafted) / step(alone_rounds)
+    return c, loop_costs(gamma, rounds, alone_rounds)[1]
+
+
+def prefill_in_the_step(gamma, rounds, alone_rounds):
+    unit = statistics.median(r.verify_time for r in alone_rounds)
+    return tuple(x * step(alone_rounds) / unit for x in loop_costs(gamma, rounds, alone_rounds))
+
+
+def shortened_rounds_in_v(gamma, rounds, alone_rounds):
+    v = statistics.median(r.verify_time for r in rounds if r.drafted) / step(alone_rounds)
+    return loop_costs(gamma, rounds, alone_rounds)[0], v
+
+
+def means(gamma, rounds, alone_rounds):
+    unit = statistics.mean(r.verify_time for r in alone_rounds if r.kind != "prefill")
+    return (statistics.mean(r.draft_time / r.draft_forwards for r in rounds if r.drafted) / unit,
+            statistics.mean(r.verify_time for r in rounds if r.drafted == gamma) / unit)
+
+
+@pytest.mark.parametrize("wrong, named", [
+    (in_seconds, "those are seconds"), (per_round, "a whole round's drafting"), (per_gamma, "not by gamma"),
+    (prefill_in_the_step, "leaves out its first round, the prefill"),
+    (shortened_rounds_in_v, "a shortened round verifies fewer"), (means, "that is the mean"),
+    (lambda gamma, rounds, alone_rounds: loop_costs(gamma, rounds, alone_rounds)[::-1], "c and v are swapped"),
+], ids=["seconds", "per round", "divided by gamma", "prefill in the step", "shortened rounds in v", "mean", "swapped"])
+def test_loop_costs_plausible_mistakes_are_named(wrong, named):
+    report = check.best_gamma_gap(wrong)
+    assert not report and named in repr(report), repr(report)
+
+
+def test_loop_costs_a_letter_or_a_stub_is_told_what_to_pass():
+    assert "takes your function itself" in repr(check.best_gamma_gap("b"))
+    assert "still raises NotImplementedError" in repr(check.best_gamma_gap(stub))
+
+
+def expected_forwards(alpha, gamma, new_tokens):  # the solution: the prefill, then a recursion over the tokens left
+    rounds_for = [0.0] * new_tokens
+    for left in range(1, new_tokens):
+        k = min(gamma, left - 1)
+        exactly = [alpha**n * (1 - alpha) for n in range(k)] + [alpha**k]
+        rounds_for[left] = 1 + sum(p * rounds_for[left - n - 1] for n, p in enumerate(exactly))
+    return 1 + rounds_for[new_tokens - 1]
+
+
+def test_expected_forwards_the_solution_passes():
+    assert repr(check.grounded_prompts(expected_forwards)) == "✅ grounded_prompts: all 6 hidden cases pass."
+
+
+def test_expected_forwards_the_theorys_tokens_per_round_alone_is_named():
+    # the shortcut: the formula the notebook states, new tokens / E[tokens per round], without the rounds' mechanism
+    report = check.grounded_prompts(lambda alpha, gamma, new: new / expected_tokens_per_round(alpha, gamma))
+    assert not report and "forgets that the prefill emits a single token" in repr(report)
+
+
+def rounds_from_the_start(alpha, gamma, new_tokens):  # no prefill: rounds from the first token on
+    return expected_forwards(alpha, gamma, new_tokens + 1) - 1
+
+
+def chance_of_at_least_n(alpha, gamma, new_tokens):  # alpha^n where exactly n needs alpha^n (1 - alpha)
+    rounds_for = [0.0] * new_tokens
+    for left in range(1, new_tokens):
+        k = min(gamma, left - 1)
+        rounds_for[left] = 1 + sum(alpha**n * rounds_for[left - n - 1] for n in range(k + 1))
+    return 1 + rounds_for[new_tokens - 1]
+
+
+@pytest.mark.parametrize("wrong, named", [
+    (lambda alpha, gamma, new: 1 + (new - 1) / expected_tokens_per_round(alpha, gamma), "the last rounds draft fewer"),
+    (rounds_from_the_start, "the first forward is the prefill"),
+    (chance_of_at_least_n, "not that exactly n are"),
+], ids=["no shortened rounds", "no prefill", "at least n"])
+def test_expected_forwards_plausible_mistakes_are_named(wrong, named):
+    report = check.grounded_prompts(wrong)
+    assert not report and named in repr(report), repr(report)
+
+
+def test_expected_forwards_a_simulation_is_asked_for_the_exact_value():
+    def simulated(alpha, gamma, new_tokens, trials=4000):
+        generator, total = random.Random(0), 0
+        for _ in range(trials):
+            left, forwards = new_tokens - 1, 1
+            while left > 0:
+                k, n = min(gamma, left - 1), 0
+                while n < k and generator.random() < alpha:
+                    n += 1
+                left, forwards = left - n - 1, forwards + 1
+            total += forwards
+        return total / trials
+
+    assert "a simulation only approximates it" in repr(check.grounded_prompts(simulated))
+
+
+def test_expected_forwards_a_letter_or_a_stub_is_told_what_to_pass():
+    assert "takes your function itself" in repr(check.grounded_prompts("b"))
+    assert "still raises NotImplementedError" in repr(check.grounded_prompts(stub))

@@ -1,15 +1,19 @@
-"""Checks of notebook 01's exercises (greedy matching): verification by hand, the best γ, grounded prompts.
+"""Checks of notebook 01's exercises (greedy matching): verification by hand, the gap between the theory's speed-up
+and the measured one, grounded prompts counted and predicted.
 
 - ``my_verify_greedy(my_verify_greedy)``: the learner's ``(num_accepted, next_token)`` against `verify_greedy` on
   hand-made logits (every draft accepted, the first rejected, a middle one rejected, k = 0, ...);
 - ``my_expected_speedup(my_expected_speedup)``: Leviathan's formula against `theory.expected_speedup`, α = 0 and
-  α = 1 included; ``best_gamma_gap("b")``: which assumption of the theory the measurement contradicts most;
+  α = 1 included; ``best_gamma_gap(loop_costs)``: the draft's and the verification's cost measured inside the loop,
+  ``(c, v)`` in steps of the target alone, from hand-made traces, against the check's own computation;
 - ``forwards_saved(forwards_saved)``: target forwards saved over the target alone, on hand-made traces;
-  ``grounded_prompts("b")``: why grounded prompts do not save more with this draft.
+  ``grounded_prompts(expected_forwards)``: the target forwards that independent acceptance predicts for one
+  generation, the prefill and the shortened last rounds included, against the check's own recursion.
 """
 
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
 import torch
@@ -18,7 +22,7 @@ from ...core.theory import expected_speedup, expected_tokens_per_round
 from ...core.result import GenerationResult
 from ...core.trace import RoundRecord, Trace
 from ...core.verify import verify_greedy
-from .core import Case, CheckReport, check_choice, close, describe, is_number, mismatch, run_cases
+from .core import Case, CheckReport, close, describe, find_mistake, is_number, mismatch, run_cases
 
 # --- exercise 1: verification by hand ----------------------------------------------------------------------------
 
@@ -154,26 +158,124 @@ def my_expected_speedup(learner: Any) -> CheckReport:
     return report
 
 
-BEST_GAMMA_GAP = {
-    "a": "Parameter counts do not give time: c must be measured in the setting that runs (the notebook measured it "
-         "with interleaved_forward_costs, the models taking turns). A different c would move the whole theory curve, "
-         "not explain why the measurement falls below it.",
-    "b": "Leviathan's model prices the verification forward over γ + 1 tokens like a one-token forward. Measured, it "
-         "costs more, and more for longer drafts: the notebook's 'theory with v' column, which prices it at its "
-         "measured cost, comes much closer to the measurement, and a verification dearer at larger γ pulls the best γ "
-         "down. (The loop's own work per round, the other cost the formula leaves out, adds to the gap; on a busy CPU "
-         "the measured best also moves between neighbouring γ from run to run.)",
-    "c": "Acceptance is indeed not independent from position to position, but section 5 showed the measured mean "
-         "acceptance length close to the theory's at every γ, while the measured speed-ups fall much further short "
-         "of theirs: the counts nearly agree, most of the gap is in the cost.",
-    "d": "The formula counts it: the +1 in the exponent γ + 1 (and the 1 in 1 + α + ... + α^γ) is the recovered or "
-         "bonus token every round adds.",
-}
+# `loop_costs(gamma, rounds, alone_rounds) -> (c, v)`: a round priced as the loop pays it, in the target alone's step.
 
 
-def best_gamma_gap(answer: Any) -> CheckReport:
-    """Multiple choice: which assumption of the theory explains most of the gap to the measured speed-ups."""
-    return check_choice("best_gamma_gap", answer, "b", BEST_GAMMA_GAP)
+def _step(alone_rounds: list[RoundRecord]) -> float:
+    """The target alone's step in its own loop: the median ``verify_time`` of its rounds after the prefill."""
+    return statistics.median(record.verify_time for record in alone_rounds if record.kind != "prefill")
+
+
+def _loop_costs(gamma: int, rounds: list[RoundRecord], alone_rounds: list[RoundRecord]) -> tuple[float, float]:
+    """``(c, v)`` as the bench measures them: the median draft time per draft forward over the rounds that drafted,
+    and the median verify time of the rounds that verified a full draft of ``gamma``, both over `_step`."""
+    step = _step(alone_rounds)
+    c = statistics.median(r.draft_time / r.draft_forwards for r in rounds if r.draft_forwards > 0) / step
+    v = statistics.median(r.verify_time for r in rounds if r.drafted == gamma) / step
+    return c, v
+
+
+def _timed(rounds: list[tuple[int, float, float]], kind: str = "recovered") -> list[RoundRecord]:
+    """Hand-made rounds from ``(drafted, draft ms, verify ms)``: a prefill first (drafting nothing, its verify time the
+    prompt's forward), then one round each; a round that drafted nothing is a plain target step. Times in seconds."""
+    records = [RoundRecord(0, 0, 1, 0.0, rounds[0][2] / 1e3, 0, kind="prefill")]
+    for drafted, draft_ms, verify_ms in rounds[1:]:
+        records.append(RoundRecord(drafted, min(1, drafted), min(1, drafted) + 1, draft_ms / 1e3, verify_ms / 1e3,
+                                   drafted, kind=kind if drafted else "target"))
+    return records
+
+
+def _loop_cases() -> list[Case]:
+    """Hand-made traces of speculative runs and of the target alone; expected: `_loop_costs`."""
+    alone = _timed([(0, 0.0, 58.0)] + [(0, 0.0, ms) for ms in (10.0, 10.6, 10.2, 10.4, 10.8)])
+    full = _timed([(0, 0.0, 61.0), (4, 4.0, 13.0), (4, 4.4, 14.0), (4, 4.8, 13.6), (4, 4.2, 12.8)])
+    shortened = _timed([(0, 0.0, 61.0), (4, 4.0, 13.0), (4, 4.4, 14.2), (4, 4.8, 13.6), (2, 2.6, 11.6),
+                        (0, 0.05, 10.5)])
+    busy_alone = _timed([(0, 0.0, 57.0)] + [(0, 0.0, ms) for ms in (10.0, 10.2, 31.0, 10.1)])
+    busy = _timed([(0, 0.0, 60.0), (2, 1.8, 11.9), (2, 1.9, 12.1), (2, 6.0, 30.5), (2, 2.0, 12.4), (2, 1.84, 12.0)])
+    six = _timed([(0, 0.0, 64.0), (6, 9.0, 17.5), (6, 9.6, 16.9), (6, 8.4, 16.4), (5, 7.5, 15.2)])
+    cases = [("four full rounds of gamma = 4 after the prefill", 4, full, alone),
+             ("gamma = 4 with a shortened last round and a final round that drafted nothing", 4, shortened, alone),
+             ("gamma = 2, one round and one step of the target alone slowed by a busy moment", 2, busy, busy_alone),
+             ("gamma = 6, a shortened round among three full ones", 6, six, alone)]
+    return [Case(name, (gamma, rounds, alone_rounds), _loop_costs(gamma, rounds, alone_rounds))
+            for name, gamma, rounds, alone_rounds in cases]
+
+
+def _mean_costs(gamma: int, rounds: list[RoundRecord], alone_rounds: list[RoundRecord]) -> tuple[float, float]:
+    step = statistics.mean(record.verify_time for record in alone_rounds if record.kind != "prefill")
+    c = statistics.mean(r.draft_time / r.draft_forwards for r in rounds if r.draft_forwards > 0) / step
+    return c, statistics.mean(r.verify_time for r in rounds if r.drafted == gamma) / step
+
+
+LOOP_MISTAKES = [
+    (lambda gamma, rounds, alone: tuple(x * _step(alone) for x in _loop_costs(gamma, rounds, alone)),
+     "those are seconds: divide both by the target alone's step (the median verify_time of its rounds after the "
+     "prefill), so that c and v are in the theory's unit, target forwards."),
+    (lambda gamma, rounds, alone: (statistics.median(r.draft_time for r in rounds if r.draft_forwards > 0)
+                                   / _step(alone), _loop_costs(gamma, rounds, alone)[1]),
+     "your c is a whole round's drafting: divide each round's draft_time by its draft_forwards, since the theory's c "
+     "is the cost of ONE draft forward (a round of gamma drafts costs gamma c)."),
+    (lambda gamma, rounds, alone: (statistics.median(r.draft_time / gamma for r in rounds if r.draft_forwards > 0)
+                                   / _step(alone), _loop_costs(gamma, rounds, alone)[1]),
+     "a shortened round drafted fewer than gamma tokens: divide each round's draft_time by its own draft_forwards, "
+     "not by gamma."),
+    (lambda gamma, rounds, alone: tuple(x * _step(alone) / statistics.median(r.verify_time for r in alone)
+                                        for x in _loop_costs(gamma, rounds, alone)),
+     "the step of the target alone leaves out its first round, the prefill: the prompt's forward costs far more "
+     "than one step of decoding."),
+    (lambda gamma, rounds, alone: (_loop_costs(gamma, rounds, alone)[0],
+                                   statistics.median(r.verify_time for r in rounds if r.drafted > 0) / _step(alone)),
+     "v is the cost of verifying a full draft of gamma tokens: a shortened round verifies fewer and costs less, so "
+     "count only the rounds with drafted == gamma."),
+    (lambda gamma, rounds, alone: (_loop_costs(gamma, rounds, alone)[0],
+                                   statistics.median(r.verify_time for r in rounds) / _step(alone)),
+     "v counts the rounds that verified a full draft only: the prefill (the prompt's forward) and a final round "
+     "that drafted nothing verify no draft."),
+    (_mean_costs,
+     "that is the mean. Take the median, as the bench does: one round slowed by a busy moment of the machine moves "
+     "a mean, not a median."),
+    (lambda gamma, rounds, alone: _loop_costs(gamma, rounds, alone)[::-1],
+     "c and v are swapped: return (c, v), the draft forward's cost first."),
+    (lambda gamma, rounds, alone: (_loop_costs(gamma, rounds, alone)[0] * _step(alone) / statistics.median(
+        r.verify_time for r in rounds if r.drafted == gamma), 1.0),
+     "you priced the draft against a verification of the speculative loop; the unit is one step of the target "
+     "ALONE, which is what the speed-up is measured against (v is then above 1)."),
+]
+
+
+def _as_costs(got: Any) -> tuple[float, float] | None:
+    """``(c, v)`` from a pair of numbers, else None."""
+    if not isinstance(got, (tuple, list)) or len(got) != 2 or not all(is_number(x) for x in got):
+        return None
+    return float(got[0]), float(got[1])
+
+
+def _same_costs(a: Any, b: Any) -> bool:
+    a, b = _as_costs(a), _as_costs(b)
+    return a is not None and b is not None and all(close(x, y, rel_tol=1e-6) for x, y in zip(a, b))
+
+
+def _judge_loop(case: Case, got: Any, learner: Any = None) -> str | None:
+    pair = _as_costs(got)
+    if pair is None:
+        return f"Expected a pair (c, v) of numbers, got {describe(got)}."
+    if _same_costs(pair, case.expected):
+        return None
+    hint = find_mistake(pair, case.args, case.expected, LOOP_MISTAKES, _same_costs, learner, _loop_cases())
+    if not hint and close(pair[1], 1.0):
+        hint = ("v = 1 is the theory's own assumption (a verification priced like one step of the target alone), not a "
+                "measurement: take the median verify_time of the rounds that verified a full draft.")
+    return mismatch(case.expected, pair, hint or (
+        "c = median over the rounds that drafted of draft_time / draft_forwards, v = median verify_time of the rounds "
+        "with drafted == gamma, both divided by the target alone's step (median verify_time after its prefill)."))
+
+
+def best_gamma_gap(learner: Any) -> CheckReport:
+    """Check ``loop_costs(gamma, rounds, alone_rounds) -> (c, v)``: the draft forward's and the verification's cost
+    measured inside the loop, in steps of the target alone, on hand-made traces (the prefill, shortened rounds and a
+    busy moment included)."""
+    return run_cases("best_gamma_gap", learner, _loop_cases(), lambda case, got: _judge_loop(case, got, learner))
 
 
 # --- exercise 3: grounded prompts ----------------------------------------------------------------------------------
@@ -233,20 +335,81 @@ def forwards_saved(learner: Any) -> CheckReport:
     return run_cases("forwards_saved", learner, _forwards_cases(), _judge_forwards)
 
 
-GROUNDED_PROMPTS = {
-    "a": "Prompt length is not what limits the draft: the grounded prompts contain the very text to be repeated, "
-         "and the draft reads all of it.",
-    "b": "Copying a span from the context takes two attention steps in sequence — find the earlier occurrence of the "
-         "current token, then predict the token that followed it there (an induction head) — and the draft has one "
-         "layer. The repetition that makes grounded text predictable for the deep target hardly helps this draft. A "
-         "drafter built to copy, prompt lookup (notebook 05), needs no model at all.",
-    "c": "Greedy verification compares each draft with the target's own choice only; where a token came from (the "
-         "prompt or not) plays no part.",
-    "d": "The draft runs over the whole context, prompt included (it keeps its own KV cache of it), exactly like the "
-         "target: what it lacks is depth, not sight.",
-}
+# `expected_forwards(alpha, gamma, new_tokens)`: the target forwards the independence model expects for one generation.
 
 
-def grounded_prompts(answer: Any) -> CheckReport:
-    """Multiple choice: why the grounded prompts save no more target forwards than code with this draft."""
-    return check_choice("grounded_prompts", answer, "b", GROUNDED_PROMPTS)
+def _exactly(alpha: float, n: int, k: int) -> float:
+    """P(a round of k drafts accepts exactly n of them): the first n accepted, then one rejected, or all k."""
+    return alpha**n * (1 - alpha) if n < k else alpha**k
+
+
+def _expected_rounds(alpha: float, gamma: int, tokens: int, exactly=_exactly) -> float:
+    """Expected rounds to emit ``tokens`` when each round drafts ``k = min(gamma, left - 1)`` (``left``: the tokens
+    still to emit), accepts n of them with probability ``exactly(alpha, n, k)`` and emits n + 1 tokens."""
+    rounds_for = [0.0] * (tokens + 1)  # rounds_for[left]: expected rounds still needed with `left` tokens to emit
+    for left in range(1, tokens + 1):
+        k = min(gamma, left - 1)
+        rounds_for[left] = 1 + sum(exactly(alpha, n, k) * rounds_for[left - n - 1] for n in range(k + 1))
+    return rounds_for[tokens]
+
+
+def _expected_forwards(alpha: float, gamma: int, new_tokens: int) -> float:
+    """The prefill (one forward, one token), then the rounds of `_expected_rounds` for the other tokens."""
+    return 1 + _expected_rounds(alpha, gamma, new_tokens - 1)
+
+
+FORWARDS_MISTAKES = [
+    (lambda alpha, gamma, new: new / expected_tokens_per_round(alpha, gamma),
+     "that divides the tokens by the theory's tokens per round: it forgets that the prefill emits a single token, "
+     "and that the last rounds draft fewer (k = min(γ, tokens left − 1)), so they emit fewer."),
+    (lambda alpha, gamma, new: 1 + (new - 1) / expected_tokens_per_round(alpha, gamma),
+     "the prefill is right, but the last rounds draft fewer tokens, k = min(γ, tokens left − 1), so they emit fewer "
+     "than a full round: follow the tokens left with a recursion over them."),
+    (lambda alpha, gamma, new: _expected_rounds(alpha, gamma, new),
+     "the first forward is the prefill: it drafts nothing and emits one token, and the rounds start after it."),
+    (lambda alpha, gamma, new: 1 + _expected_rounds(alpha, gamma, new - 1, lambda a, n, k: a**n),
+     "α^n is the chance that the first n drafts are accepted, not that exactly n are: exactly n (n < k) also needs "
+     "draft n + 1 rejected, α^n (1 − α); all k accepted has chance α^k."),
+]
+
+
+def _expected_forwards_cases() -> list[Case]:
+    """``(alpha, gamma, new_tokens)``; expected: `_expected_forwards`."""
+    triples = [("alpha 0.75, gamma 4, 48 new tokens (about the notebook's runs)", 0.75, 4, 48),
+               ("alpha 0: every round emits one token", 0.0, 4, 10),
+               ("alpha 1: every draft accepted", 1.0, 4, 12),
+               ("a single new token: the prefill alone", 0.6, 3, 1),
+               ("gamma 1, 20 new tokens", 0.8, 1, 20),
+               ("gamma 8 longer than the generation's 6 tokens", 0.5, 8, 6)]
+    return [Case(name, (a, g, n), _expected_forwards(a, g, n)) for name, a, g, n in triples]
+
+
+def _same_number(a: Any, b: Any) -> bool:
+    return is_number(a) and is_number(b) and close(a, float(b), rel_tol=1e-6)
+
+
+def _judge_expected_forwards(case: Case, got: Any, learner: Any = None) -> str | None:
+    if not is_number(got):
+        return f"Expected a number of target forwards, got {describe(got)}."
+    value = float(got)
+    if close(value, case.expected, rel_tol=1e-6):
+        return None
+    if value != value:  # NaN
+        return mismatch(case.expected, value, "at alpha = 1 a closed form divides 0 by 0: a recursion over the tokens "
+                                              "left, with the probabilities alpha^n (1 − alpha) and alpha^k, has no "
+                                              "division.")
+    hint = find_mistake(value, case.args, case.expected, FORWARDS_MISTAKES, _same_number, learner,
+                        _expected_forwards_cases())
+    if not hint and close(value, case.expected, rel_tol=0.02):
+        hint = ("close, but the check wants the exact expectation: a simulation only approximates it. Write the "
+                "recursion over the tokens left.")
+    return mismatch(case.expected, value, hint or (
+        "forwards = 1 (the prefill) + F(new_tokens − 1), where F(r) = 1 + Σ_{n<k} α^n (1 − α) F(r − n − 1) + "
+        "α^k F(r − k − 1) with k = min(γ, r − 1), and F(0) = 0."))
+
+
+def grounded_prompts(learner: Any) -> CheckReport:
+    """Check ``expected_forwards(alpha, gamma, new_tokens) -> float``: the target forwards that rounds of independent
+    acceptance need for one generation, the prefill and the shortened last rounds included."""
+    return run_cases("grounded_prompts", learner, _expected_forwards_cases(),
+                     lambda case, got: _judge_expected_forwards(case, got, learner))
