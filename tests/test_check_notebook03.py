@@ -5,8 +5,9 @@ import copy
 import pytest
 import torch
 
-from specdec_lib import check
+from specdec_lib import DraftModelDrafter, check, speculative_generate
 from specdec_lib.core.caches import crop_cache
+from specdec_lib.teaching.check import notebook03
 
 # --- exercise 1: my_crop ------------------------------------------------------------------------------------------
 
@@ -134,12 +135,55 @@ def test_a_my_crop_stub_and_a_result_instead_of_a_function():
 # --- exercise 2: forget only the draft's rollback -----------------------------------------------------------------
 
 
-def test_forget_draft_rollback_choices():
-    assert check.forget_draft_rollback("c") and check.forget_draft_rollback("(C)")
-    for wrong in "abd":
-        report = repr(check.forget_draft_rollback(wrong))
-        assert report.startswith(f"❌ forget_draft_rollback: answer fails.\n   Not ({wrong}).")
-    assert "Answer with one of 'a', 'b', 'c', 'd'" in repr(check.forget_draft_rollback(None))
+def solution_loop(input_ids, gamma, max_new_tokens, draft_rollback):
+    """Section 3's loop with the draft's crop behind the flag (the check's reference loop is that loop)."""
+    return notebook03.reference_loop(input_ids, gamma, max_new_tokens, draft_rollback=draft_rollback)
+
+
+def library_run(input_ids, gamma, max_new_tokens, draft_rollback):
+    """The shortcut: the library's rollback-correct speculative decoding, whatever the flag."""
+    pair = notebook03.embedded_pair()
+    result = speculative_generate(pair.target, DraftModelDrafter.for_pair(pair), input_ids, gamma=gamma,
+                                  max_new_tokens=max_new_tokens, eos_token_id=None)
+    return result.new_token_list, len(result.trace.rounds)
+
+
+def stated_conclusion(input_ids, gamma, max_new_tokens, draft_rollback):
+    """The shortcut that writes down a conclusion instead of running the loop: the target's own tokens, and one
+    forward more than a correct loop when the draft forgets its rollback."""
+    tokens, forwards = library_run(input_ids, gamma, max_new_tokens, True)
+    return tokens, forwards + (0 if draft_rollback else 1)
+
+
+@pytest.mark.parametrize("wrong, words", [
+    (library_run, "the count of the loop that rolls both caches back"),
+    (stated_conclusion, "count one forward for the prefill and one per round"),
+    (lambda i, g, m, d: solution_loop(i, g, m, True), "the count of the loop that rolls both caches back"),
+    (lambda i, g, m, d: solution_loop(i, g, m, False), "the count of the loop that never crops the draft's cache"),
+    (lambda i, g, m, d: notebook03.reference_loop(i, g, m, draft_rollback=d, target_rollback=d),
+     "whose *target* cache keeps the rejected drafts"),
+    (lambda i, g, m, d: notebook03.reference_loop(i, g, m, draft_rollback=True, target_rollback=d),
+     "whose *target* cache keeps the rejected drafts"),
+    (lambda i, g, m, d: (solution_loop(i, g, m, d)[0], solution_loop(i, g, m, d)[1] - 1), "count the prefill too"),
+    (lambda i, g, m, d: solution_loop(i, g, m, d)[0], "Expected a pair (new tokens, target forwards)"),
+])
+def test_forget_draft_rollback_checks_the_loop_itself(wrong, words):
+    report = check.forget_draft_rollback(wrong)
+    assert not report
+    assert words in repr(report), repr(report)
+
+
+def test_the_solution_passes_forget_draft_rollback_and_the_cases_tell_the_flags_apart():
+    report = check.forget_draft_rollback(solution_loop)
+    assert report and "compare draft_rollback=True and False" in repr(report)
+    forwards = [notebook03._reference(*case)[1] for case in notebook03.ROLLBACK_CASES]
+    assert forwards[0] != forwards[1]  # the first two cases differ only by the flag: a loop ignoring it fails one
+    assert "still raises NotImplementedError" in repr(check.forget_draft_rollback(stub_loop))
+    assert "takes your function itself" in repr(check.forget_draft_rollback("c"))
+
+
+def stub_loop(input_ids, gamma, max_new_tokens, draft_rollback):
+    raise NotImplementedError  # your code here
 
 
 # --- exercise 3: KV bytes per token, the crossover --------------------------------------------------------------------

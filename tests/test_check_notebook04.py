@@ -4,7 +4,7 @@ import pytest
 
 from specdec_lib import check
 from specdec_lib.teaching.check.notebook04 import tokenizer_a
-from specdec_lib.drafters.cross_tokenizer import continuation_ids, encode
+from specdec_lib.drafters.cross_tokenizer import continuation_ids, decode, encode, target_window
 
 TOK_A = tokenizer_a()
 
@@ -79,15 +79,51 @@ def test_a_my_continuation_stub():
     assert "takes your function itself" in repr(check.my_continuation(encode(TOK_A, "x")[0]))
 
 
-# --- exercise 2: lookbehind ----------------------------------------------------------------------------------------
+# --- exercise 2: the lookbehind window -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("question, right", [(check.lookbehind_effect, "b"), (check.intersection_gap, "b")])
-def test_multiple_choice_questions(question, right):
-    assert question(right) and question(f"({right.upper()})")
-    for wrong in sorted(set("abcd") - {right}):
-        assert f"answer fails.\n   Not ({wrong})." in repr(question(wrong))
-    assert "Answer with one of 'a', 'b', 'c', 'd'" in repr(question(None))
+def solution_window(ids, lookbehind):
+    text = decode(TOK_A, ids)
+    start = max(0, len(ids) - lookbehind)
+    while start > 0 and (decode(TOK_A, ids[start:]).startswith("\ufffd")
+                         or not text.endswith(decode(TOK_A, ids[start:]))):
+        start -= 1  # never start inside a character split into byte tokens
+    return decode(TOK_A, ids[start:])
+
+
+def stepped_forward(ids, lookbehind):
+    start = max(0, len(ids) - lookbehind)
+    while start < len(ids) and decode(TOK_A, ids[start:]).startswith("\ufffd"):
+        start += 1
+    return decode(TOK_A, ids[start:])
+
+
+def test_the_solution_and_the_library_pass_lookbehind_effect():
+    assert check.lookbehind_effect(solution_window)
+    assert check.lookbehind_effect(lambda ids, lookbehind: target_window(TOK_A, ids, lookbehind))
+    assert repr(check.lookbehind_effect(solution_window)) == "✅ lookbehind_effect: all 6 hidden cases pass."
+
+
+@pytest.mark.parametrize("wrong, words", [
+    (lambda ids, lookbehind: decode(TOK_A, ids[-lookbehind:]), "starts with '\ufffd'. Step back"),  # the shortcut
+    (lambda ids, lookbehind: decode(TOK_A, ids), "that is the whole text"),
+    (stepped_forward, "never forward"),
+    (lambda ids, lookbehind: decode(TOK_A, ids[-lookbehind - 1:]), "your window starts too early"),
+    (lambda ids, lookbehind: solution_window(ids, lookbehind).strip(), "keep the window's spaces"),
+    (lambda ids, lookbehind: ids[-lookbehind:], "got the ids"),
+])
+def test_typical_mistakes_of_the_window_get_their_hint(wrong, words):
+    report = check.lookbehind_effect(wrong)
+    assert not report
+    assert words in repr(report), repr(report)
+
+
+def test_intersection_gap_choices():
+    assert check.intersection_gap("b") and check.intersection_gap("(B)")
+    assert "what the intersection's q buys is acceptance" in repr(check.intersection_gap("b"))
+    for wrong in "acd":
+        assert f"answer fails.\n   Not ({wrong})." in repr(check.intersection_gap(wrong))
+    assert "Answer with one of 'a', 'b', 'c', 'd'" in repr(check.intersection_gap(None))
 
 
 # --- exercise 3: the ceiling of the intersection ------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """Cross-tokenizer drafting: vocabularies compared by normalised strings, the text round trip and its boundary
 alignment, greedy equivalence on the embedded cross pair (ours and transformers' universal assisted decoding),
-exact sampling through the vocabulary intersection, and the edge cases (unicode, whitespace, EOS, k = 0,
-byte-fallback fragments).
+exact sampling with the text round trip's point-mass drafts and through the vocabulary intersection's q, and the
+edge cases (unicode, whitespace, EOS, k = 0, byte-fallback fragments).
 
 The fast suite compares with the target on one prompt per set (each gamma once) and on each hard text once; every
 prompt x every gamma, both gammas on every hard text and the acceptance comparison with the same-tokenizer draft
@@ -13,7 +13,7 @@ import warnings
 import pytest
 import torch
 
-from helpers import (build_tiny_model, build_tiny_tokenizer, categories_for, detectable_tv, exact_joint,
+from helpers import (SIGNIFICANCE, build_tiny_model, build_tiny_tokenizer, categories_for, detectable_tv, exact_joint,
                      first_layer_draft, greedy_tokens, sharpen, speculative_samples, transplant_intersection)
 from specdec_lib.core.drafting import Context
 from specdec_lib import (
@@ -25,7 +25,7 @@ from specdec_lib import (
     load_prompts,
     speculative_generate,
 )
-from specdec_lib.drafters.cross_tokenizer import continuation_ids, decode, encode, naive_continuation_ids
+from specdec_lib.drafters.cross_tokenizer import continuation_ids, decode, encode, naive_continuation_ids, target_window
 from specdec_lib.core.errors import ConfigError
 from specdec_lib.core.stats import bucket_counts, chi_square_gof
 from specdec_lib.core.vocab import compare_vocabularies, spelling_scheme, token_bytes, vocabulary_intersection
@@ -127,6 +127,18 @@ def test_continuation_ids_continue_the_committed_tokens_exactly(embedded_cross_p
         naive = naive_continuation_ids(tok, context_ids, context, text)
         misaligned += decode(tok, context_ids + naive) != context + text
     assert misaligned >= 2  # the naive cut repeats or drops characters at a merging boundary
+
+
+def test_the_target_window_starts_on_a_whole_character(embedded_cross_pair):
+    """The last ``lookbehind`` ids' text, started earlier where it would begin inside a character split into bytes
+    (A writes "漢" as three byte tokens); the whole text when the window is longer than the sequence."""
+    tok = embedded_cross_pair.target_tokenizer
+    ids, _ = encode(tok, "x = f(a)  # 漢字")
+    assert tok.convert_ids_to_tokens(ids[-6:]) == ["æ", "¼", "¢", "å", "Ń", "Ĺ"]
+    assert target_window(tok, ids, 1) == "字" == target_window(tok, ids, 3)  # one id alone is part of "字"
+    assert target_window(tok, ids, 4) == "漢字"
+    assert target_window(tok, ids, 7) == " 漢字"
+    assert target_window(tok, ids, 100) == decode(tok, ids)
 
 
 # ---------------------------------------------------------------- greedy equivalence on the embedded pair
@@ -259,8 +271,9 @@ def test_k_zero_and_wrong_settings(embedded_cross_pair):
     ids = encoded(embedded_cross_pair, "def f(x):")
     drafter.begin(Context.of(ids))
     assert len(drafter.propose(Context.of(ids, 0), GREEDY, None)) == 0
-    with pytest.raises(ConfigError, match="CrossVocabularySamplingDrafter"):
-        drafter.propose(Context.of(ids, 3), SamplingConfig(temperature=1.0), None)
+    sampled = drafter.propose(Context.of(ids, 3), SamplingConfig(temperature=1.0), None)
+    greedy = drafter.propose(Context.of(ids, 3), GREEDY, None)
+    assert sampled.probs is None and torch.equal(sampled.tokens, greedy.tokens)  # point masses, at any temperature
     with pytest.raises(ConfigError, match="lookbehind"):
         CrossTokenizerDrafter.for_pair(embedded_cross_pair, lookbehind=0)
 
@@ -363,6 +376,26 @@ def test_cross_vocabulary_sampling_keeps_the_target_distribution(tiny_cross):
     wrong = WrongIdSpaceDrafter(draft, tok_b, tok_a, target_vocab_size=64)
     with pytest.raises(ConfigError, match="probability q = 0"):
         speculative_samples(target, wrong, prompt, sampling, SAMPLING_DRAWS)
+
+
+def test_point_mass_drafts_across_tokenizers_keep_the_target_distribution(tiny_cross):
+    """The text round trip samples exactly as prompt lookup does: its greedy drafts are reported as point masses
+    (probs=None), exact verification accepts a draft x with probability p(x) and otherwise draws from p without x,
+    so the emitted tokens follow the target's law (whatever chose x: a point mass is exact for any draft). The same
+    prompt, draws and power as the intersection drafter's test above (any TV >= SAMPLING_EFFECT_TV over the tested
+    cells is caught), with both acceptance and recovery in the runs, and the drafts really point masses."""
+    target, draft, tok_a, tok_b = tiny_cross
+    prompt = tok_a("def add(a, b):", return_tensors="pt").input_ids
+    sampling = SamplingConfig(temperature=1.0)
+    categories, probs = categories_for(exact_joint(target, prompt, sampling, (8, 6, 4)), SAMPLING_DRAWS)
+    assert detectable_tv(SAMPLING_DRAWS, len(probs)) <= SAMPLING_EFFECT_TV  # the power statement above
+    drafter = CrossTokenizerDrafter(draft, tok_b, tok_a)
+    samples, acceptance = speculative_samples(target, drafter, prompt, sampling, SAMPLING_DRAWS)
+    test = chi_square_gof(bucket_counts(samples, categories), probs)
+    assert test.passes(SIGNIFICANCE) and test.cells >= 6, test
+    assert 0.05 < acceptance < 0.95, acceptance  # acceptance and recovery both happen
+    drafter.begin(Context.of(prompt))
+    assert drafter.propose(Context.of(prompt, 3), sampling, torch.Generator().manual_seed(0)).probs is None
 
 
 def test_cross_vocabulary_greedy_equals_the_target_on_the_embedded_pair(embedded_cross_pair, encoded_prompts,

@@ -237,8 +237,9 @@ class Lean(Method):
 
 def cross_drafter(cross: ModelPair, sampling: SamplingConfig) -> Drafter:
     """The drafter of the ``speculative-cross`` rows: greedy `CrossTokenizerDrafter` (text round trip), or with
-    sampling `CrossVocabularySamplingDrafter`, whose q is over the target's ids so that exact verification keeps
-    the target's distribution."""
+    sampling `CrossVocabularySamplingDrafter`, whose q over the target's ids (the vocabulary intersection) buys
+    acceptance: verification accepts a draft x with min(1, p(x)/q(x)) instead of a point mass's p(x). Either is exact
+    (the text round trip's drafts are point masses), so the sampling row measures the better-accepted one."""
     if sampling.is_greedy:
         return CrossTokenizerDrafter.for_pair(cross)
     return CrossVocabularySamplingDrafter.for_pair(cross)

@@ -24,10 +24,16 @@ what the target committed, and each `propose` re-checks it against the fresh re-
 
 Correctness never depends on any of this: the target verifies every proposed token, so greedy output is
 token-identical to the target's own greedy output whatever is proposed. Alignment only decides how much is
-accepted. The greedy drafter reports ``probs=None`` (a point mass per token), which `verify_greedy` ignores.
+accepted.
 
-`CrossVocabularySamplingDrafter` is the variant for exact *sampling*: ``verify_exact`` needs q over the target's
-ids, so it drafts token by token inside the vocabulary intersection (`specdec_lib.core.vocab.vocabulary_intersection`).
+Sampling is exact too. The proposal is the draft model's greedy text, a function of the committed tokens, reported
+as point masses (``probs=None``), as prompt lookup reports its copies: exact verification then accepts a proposed x
+with probability p(x) and otherwise draws from p without x, renormalised, so the emitted token follows p
+(notebook 02). What a point mass costs is acceptance: p(x), where a reported q would give min(1, p(x) / q(x)).
+
+`CrossVocabularySamplingDrafter` reports a real q instead: it drafts token by token inside the vocabulary
+intersection (`specdec_lib.core.vocab.vocabulary_intersection`), where the draft's distribution can be written over
+the target's ids.
 """
 
 from __future__ import annotations
@@ -36,7 +42,6 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ..core.pair import ModelPair
-from ..core.errors import ConfigError
 from ..core.sampling import SamplingConfig, logits_to_probs, sample_token
 from ..core.validation import check_count
 from ..core.vocab import vocabulary_intersection
@@ -110,6 +115,20 @@ def clean_text(tokenizer: PreTrainedTokenizerBase, ids: list[int]) -> tuple[str,
     return decode(tokenizer, ids), len(ids)
 
 
+def target_window(tokenizer: PreTrainedTokenizerBase, ids: list[int], lookbehind: int) -> str:
+    """The text of the last ``lookbehind`` of ``ids``, the left context a proposal is encoded after: started one id
+    earlier while it would begin inside a character split into byte tokens (its text then starts with "\ufffd" and is
+    not the end of the whole text); the whole text when ``ids`` has no more than ``lookbehind`` ids."""
+    text = decode(tokenizer, ids)
+    start = max(0, len(ids) - lookbehind)
+    while start > 0:
+        window = decode(tokenizer, ids[start:])
+        if text.endswith(window) and not window.startswith(REPLACEMENT):
+            return window
+        start -= 1
+    return text
+
+
 class _DraftContext:
     """The draft tokenizer's ids for the committed text, updated with a lookbehind window instead of re-encoding
     everything: the last ``lookbehind`` ids (and any id sharing a character with the one before) are re-encoded
@@ -143,8 +162,9 @@ class CrossTokenizerDrafter(Drafter):
 
     ``CrossTokenizerDrafter(draft_model, draft_tokenizer, target_tokenizer, lookbehind=8)``; ``lookbehind`` is the
     number of tokens re-encoded on each side of a boundary (transformers' ``target_lookbehind`` /
-    ``assistant_lookbehind``, 10 there). Greedy only: the proposal's target tokens are not drawn from any
-    distribution over target ids (use `CrossVocabularySamplingDrafter` to sample). Reports ``probs=None``.
+    ``assistant_lookbehind``, 10 there). Greedy or sampling alike, the draft model drafts greedily and the
+    proposal is reported as point masses (``probs=None``), so exact verification keeps the target's distribution
+    (module docstring).
 
     Limits: the draft stops at its EOS (not proposed: the target decides to stop); a draft whose text ends in the
     middle of a character is cut before it; when the committed target text itself ends mid-character, that round
@@ -218,16 +238,6 @@ class CrossTokenizerDrafter(Drafter):
 
     # ------------------------------------------------------------------ translation
 
-    def _target_window(self, ids: list[int], text: str) -> str:
-        """The text of the last ~lookbehind target ids, starting at a character boundary."""
-        start = max(0, len(ids) - self.lookbehind)
-        while start > 0:
-            window = decode(self.target_tokenizer, ids[start:])
-            if text.endswith(window) and not window.startswith(REPLACEMENT):
-                return window
-            start -= 1
-        return text
-
     def draft_text(self, context: list[int], drafted: list[int]) -> tuple[str, list[int]]:
         """Text of ``drafted`` (decoded after a few context ids, so leading spaces survive any decoder), cut before
         the first incomplete character, and each drafted id's character end in it."""
@@ -244,12 +254,9 @@ class CrossTokenizerDrafter(Drafter):
         return text, ends
 
     def propose(self, context: Context, sampling: SamplingConfig, generator: torch.Generator | None) -> Draft:
+        """Up to ``k`` target ids continuing the committed text with the draft's greedy text, as point masses.
+        ``sampling`` and ``generator`` are unused: the proposal is the same whatever the temperature."""
         sequence, k = context.sequence, context.k
-        if not sampling.is_greedy:
-            raise ConfigError(
-                "CrossTokenizerDrafter drafts greedily: its target-id proposals have no distribution for exact "
-                "sampling. Use CrossVocabularySamplingDrafter to sample across tokenizers."
-            )
         with torch.inference_mode():
             ids = sequence[0].tolist()
             text, clean = clean_text(self.target_tokenizer, ids)
@@ -259,7 +266,7 @@ class CrossTokenizerDrafter(Drafter):
                 return Draft.empty(1, self.model.device)
             drafted, forwards = self._draft_greedy(draft_ids, k)
             words, draft_ends = self.draft_text(draft_ids, drafted)
-            window = self._target_window(ids, text)
+            window = target_window(self.target_tokenizer, ids, self.lookbehind)
             proposal, target_ends = continuation_ids(self.target_tokenizer, window, words)
             last_token_text = words[target_ends[-2] if len(proposal) > 1 else 0 :] if proposal else ""
             if len(proposal) <= k and last_token_text.isspace():
@@ -285,7 +292,7 @@ class CrossTokenizerDrafter(Drafter):
 
 
 class CrossVocabularySamplingDrafter(CrossTokenizerDrafter):
-    """Exact speculative *sampling* across tokenizers: draft only tokens both vocabularies share.
+    """Speculative sampling across tokenizers with a reported q: draft only tokens both vocabularies share.
 
     The intersection (`vocabulary_intersection`: ``"▁return"`` <-> ``"Ġreturn"``, ``"<0xE6>"`` <-> ``"æ"``) maps draft
     ids one-to-one to target ids. Each drafted token is drawn from
@@ -293,9 +300,10 @@ class CrossVocabularySamplingDrafter(CrossTokenizerDrafter):
         q = logits_to_probs(draft logits masked to the intersection, sampling)      over draft ids
         q_target[target_ids[i]] = q[draft_ids[i]], 0 elsewhere                      over target ids, sums to 1
 
-    and ``q_target`` is what is reported, so ``verify_exact`` stays distribution-preserving. The drawn target token
-    is fed back to the draft as its draft id (same text), so the draft's context stays consistent with the target
-    text (though not always in the draft tokenizer's canonical split; the next round re-encodes it).
+    and ``q_target`` is what is reported, so ``verify_exact`` accepts a drafted token with probability
+    ``min(1, p / q_target)`` rather than a point mass's ``p`` (what the q buys is acceptance, never exactness). The
+    drawn target token is fed back to the draft as its draft id (same text), so the draft's context stays consistent
+    with the target text (though not always in the draft tokenizer's canonical split; the next round re-encodes it).
 
     Limits: tokens outside the intersection (here: target merges the draft's vocabulary lacks, e.g. ``"ĊĠĠĠ"``)
     can never be drafted, so the target must produce them itself; a draft whose own best continuation lies outside

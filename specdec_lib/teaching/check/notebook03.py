@@ -2,7 +2,9 @@
 
 - ``my_crop(my_crop)``: the learner's in-place rollback of a ``DynamicCache`` against `crop_cache`, on small caches
   the check fills itself with random keys and values (no model);
-- ``forget_draft_rollback("c")``: what happens when only the draft's cache keeps its rejected drafts;
+- ``forget_draft_rollback(loop_with_rollbacks)``: the learner's two-cache loop, with the draft's rollback on or off,
+  against the same loop written here, token for token and target forward for forward, on hidden prompts of the
+  embedded pair (loaded once, like the notebook's: same device and dtype, so the two loops compute the same numbers);
 - ``my_kv_bytes_per_token(my_kv_bytes_per_token)``: KV bytes per token from a config and a dtype, on hidden
   configs (multi-head, grouped-query and multi-query attention; float32, bfloat16, float16, float8);
 - ``crossover_length(crossover_length)``: the first context length at which one sequence's cache exceeds the
@@ -13,13 +15,19 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import torch
 from transformers import DynamicCache, LlamaConfig
 
-from ...core.caches import cache_length, crop_cache
-from .core import Case, CheckReport, check_choice, check_value, describe, is_number, mismatch, run_cases
+from ...core.caches import cache_length, crop_cache, new_cache
+from ...core.forward import forward_with_cache
+from ...core.pair import ModelPair
+from ...core.verify import verify_greedy
+from ...loading import load_pair
+from ...prompts import load_prompts
+from .core import Case, CheckReport, check_value, describe, is_number, mismatch, run_cases
 
 # --- exercise 1: rollback in place --------------------------------------------------------------------------------
 
@@ -188,33 +196,133 @@ def my_crop(learner: Any) -> CheckReport:
 
 # --- exercise 2: forget only the draft's rollback -----------------------------------------------------------------
 
+ROLLBACK_TOKENS = 24
+# (prompt, gamma, draft_rollback): the learner's loop runs each; prompts the notebook does not show
+ROLLBACK_CASES = [("code-004", 3, False), ("code-004", 3, True), ("code-007", 4, False), ("code-008", 4, False),
+                  ("code-008", 4, True)]
 
-def forget_draft_rollback(answer: Any) -> CheckReport:
-    """The loop crops the target's cache every round but never the draft's: what happens?
 
-    (a) the tokens go wrong, as when the target forgets its rollback;
-    (b) the tokens stay right and the target needs exactly as many forwards, since the draft cannot affect it;
-    (c) the tokens stay right, but the draft guesses from a corrupted context, so the target needs as many or
-        (usually) more forwards: a bug that costs only speed;
-    (d) the next draft forward raises an error, because the draft's cache is longer than the loop expects.
-    """
-    return check_choice("forget_draft_rollback", answer, "c", {
-        "a": "The draft only proposes. Every emitted token is the target's greedy choice, computed from the target's "
-             "own cache, which is still rolled back; a bad proposal is simply rejected. That is why forgetting the "
-             "*target's* rollback writes wrong text and forgetting the draft's does not.",
-        "b": "The tokens do stay right, but the number of target forwards is the number of rounds, and how many tokens "
-             "a round commits depends on how many drafts the target accepts, i.e. on what the draft proposes from its "
-             "now corrupted cache. On one prompt the count can happen to be equal (code-001: 19 and 19); over several "
-             "prompts it rises (e.g. 10 -> 12 and 25 -> 28 on code-002 and code-003).",
-        "c": "Yes. The target's cache is right, so every emitted token is still the target's own. The draft's cache "
-             "keeps the rejected drafts: its next tokens land after them, at wrong positions, attending to text that "
-             "was never committed, so its guesses get worse, fewer are accepted and the target needs as many or more "
-             "forwards. Only speed shows the bug, which is why the tests check the caches themselves after every "
-             "round.",
-        "d": "Nothing checks the draft cache's length: forward_with_cache appends after whatever the cache holds, at "
-             "the next positions. The bug is silent, which is what makes it dangerous; only a slower run (or a test on "
-             "the cache itself) reveals it.",
-    })
+@lru_cache(maxsize=1)
+def embedded_pair() -> ModelPair:
+    """The notebook's pair (``load_pair("embedded")``: same device and dtype), loaded on the first check."""
+    return load_pair("embedded")
+
+
+@torch.inference_mode()
+def reference_loop(input_ids: torch.Tensor, gamma: int, max_new_tokens: int, *, draft_rollback: bool = True,
+                   target_rollback: bool = True) -> tuple[list[int], int]:
+    """The notebook's two-cache greedy loop (section 3) with each cache's rollback switched on or off: the new
+    tokens and the target's forwards (the prefill and one per round)."""
+    pair = embedded_pair()
+    target, draft = pair.target, pair.draft
+    t_cache, d_cache = new_cache(target), new_cache(draft)
+    logits = forward_with_cache(target, input_ids, t_cache, logits_to_keep=1)
+    sequence = torch.cat([input_ids, logits[0, -1].argmax().view(1, 1)], dim=1)
+    draft_read, forwards = 0, 1
+    while sequence.shape[1] - input_ids.shape[1] < max_new_tokens:
+        length = sequence.shape[1]
+        k = min(gamma, max_new_tokens - (length - input_ids.shape[1]) - 1)
+        step, drafts = sequence[:, draft_read:], []
+        for _ in range(k):
+            token = forward_with_cache(draft, step, d_cache, logits_to_keep=1)[0, -1].argmax()
+            drafts.append(int(token))
+            step = token.view(1, 1)
+        draft_tokens = torch.tensor(drafts, dtype=torch.long, device=input_ids.device)
+        block = torch.cat([sequence[:, -1:], draft_tokens.view(1, -1)], dim=1)
+        logits = forward_with_cache(target, block, t_cache, logits_to_keep=k + 1)[0]
+        forwards += 1
+        verdict = verify_greedy(logits, draft_tokens)
+        emitted = torch.tensor([drafts[: verdict.num_accepted] + [verdict.next_token]], device=input_ids.device)
+        sequence = torch.cat([sequence, emitted], dim=1)
+        if k > 0:
+            draft_read = min(length + k - 1, sequence.shape[1] - 1)
+        if target_rollback:
+            crop_cache(t_cache, sequence.shape[1] - 1)
+        if draft_rollback:
+            crop_cache(d_cache, draft_read)
+    return sequence[0, input_ids.shape[1]:].tolist(), forwards
+
+
+@lru_cache(maxsize=None)
+def _reference(prompt_id: str, gamma: int, draft_rollback: bool, target_rollback: bool = True) -> tuple:
+    ids = _prompt_ids(prompt_id)
+    tokens, forwards = reference_loop(ids, gamma, ROLLBACK_TOKENS, draft_rollback=draft_rollback,
+                                      target_rollback=target_rollback)
+    return tuple(tokens), forwards
+
+
+def _prompt_ids(prompt_id: str) -> torch.Tensor:
+    pair = embedded_pair()
+    prompt = next(p for p in load_prompts("code") if p.id == prompt_id)
+    return pair.target_tokenizer(prompt.prompt, return_tensors="pt").input_ids.to(pair.target.device)
+
+
+def _rollback_cases() -> list[Case]:
+    return [Case(f"{prompt_id}, gamma {gamma}, {ROLLBACK_TOKENS} tokens, draft_rollback={draft_rollback}",
+                 (_prompt_ids(prompt_id), gamma, ROLLBACK_TOKENS, draft_rollback), (prompt_id, gamma, draft_rollback))
+            for prompt_id, gamma, draft_rollback in ROLLBACK_CASES]
+
+
+def _as_tokens(got: Any) -> list[int] | None:
+    if isinstance(got, torch.Tensor):
+        got = got.flatten().tolist()
+    if isinstance(got, (list, tuple)) and all(isinstance(t, int) and not isinstance(t, bool) for t in got):
+        return list(got)
+    return None
+
+
+def _judge_rollback(case: Case, got: Any) -> str | None:
+    prompt_id, gamma, draft_rollback = case.expected
+    tokens, forwards = _reference(prompt_id, gamma, draft_rollback)
+    if not (isinstance(got, tuple) and len(got) == 2):
+        return (f"Expected a pair (new tokens, target forwards), got {describe(got)}.\nHint: return "
+                "sequence[0, input_ids.shape[1]:].tolist() and the number of target forwards, prefill included.")
+    mine, count = _as_tokens(got[0]), got[1]
+    if mine is None or not is_number(count):
+        return f"Expected (a list of token ids, a number of forwards), got {describe(got)}."
+    if mine != list(tokens):
+        at = next((i for i, (a, b) in enumerate(zip(mine, tokens)) if a != b), min(len(mine), len(tokens)))
+        where = f"The new tokens differ from the reference loop's from position {at} on"
+        if len(mine) != len(tokens):
+            return (f"{where}: {len(mine)} tokens instead of {len(tokens)}.\nHint: the loop writes exactly "
+                    "max_new_tokens new tokens (the prompt excluded).")
+        unrolled = {_reference(prompt_id, gamma, rollback, target_rollback=False)[0] for rollback in (False, True)}
+        if tuple(mine) in unrolled:
+            return (f"{where}: they are the text of a loop whose *target* cache keeps the rejected drafts.\nHint: "
+                    "whatever draft_rollback says, crop the target's cache every round, crop_cache(t_cache, "
+                    "sequence.shape[1] - 1); only the draft's crop depends on draft_rollback.")
+        return f"{where}.\nHint: start from section 3's loop; change only which caches are cropped."
+    count = float(count)
+    if count == forwards:
+        return None
+    other = _reference(prompt_id, gamma, not draft_rollback)[1]
+    if count == other and other != forwards:
+        if draft_rollback:
+            return mismatch(forwards, count, "that is the count of the loop that never crops the draft's cache: with "
+                                             "draft_rollback=True, crop it every round, crop_cache(d_cache, "
+                                             "draft_read).")
+        return mismatch(forwards, count, "that is the count of the loop that rolls both caches back: with "
+                                         "draft_rollback=False the draft's cache must keep its rejected drafts (skip "
+                                         "crop_cache(d_cache, ...)); the target's is still cropped.")
+    if count == forwards - 1:
+        return mismatch(forwards, count, "count the prefill too: it is a target forward, before the first round.")
+    if count == len(tokens):
+        return mismatch(forwards, count, "that is the number of new tokens; count the target's forwards (the "
+                                         "prefill, then one per round).")
+    return mismatch(forwards, count, "count one forward for the prefill and one per round of the loop.")
+
+
+def forget_draft_rollback(learner: Any) -> CheckReport:
+    """Check ``loop_with_rollbacks(input_ids, gamma, max_new_tokens, draft_rollback) -> (new tokens, target
+    forwards)``: section 3's two-cache loop that crops the target's cache every round and the draft's only when
+    ``draft_rollback``, against `reference_loop` on hidden prompts (both settings)."""
+    report = run_cases("forget_draft_rollback", learner, _rollback_cases() if callable(learner) else [],
+                       _judge_rollback)
+    if report:
+        return CheckReport(report.exercise, report.cases, note=(
+            "Now compare draft_rollback=True and False on a few prompts of your own: are the tokens the same? the "
+            "target forwards? Why?"))
+    return report
 
 
 # --- exercise 3: when does the cache outgrow the weights? ---------------------------------------------------------

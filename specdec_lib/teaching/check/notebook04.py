@@ -3,7 +3,8 @@
 - ``my_continuation(my_continuation)``: the learner's target ids continuing a context with a text, against
   `continuation_ids` on tokenizer A (the embedded target's, loaded once) on hidden boundaries: a word or a number
   growing across it, indentation merging with a newline, an empty continuation, ...;
-- ``lookbehind_effect("b")``: what the lookbehind window changes and what it does not;
+- ``lookbehind_effect(window_text)``: the learner's lookbehind window (the text of the last ``lookbehind`` target
+  ids, started on a whole character) against `target_window`, on hidden id sequences;
 - ``intersection_ceiling(intersection_ceiling)``: the fraction of the target's tokens inside the vocabulary
   intersection, on hand-made token lists; ``intersection_gap("b")``: why the token-by-token drafter's alpha stays
   far below that ceiling.
@@ -17,7 +18,8 @@ from typing import Any
 import torch
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
-from ...drafters.cross_tokenizer import continuation_ids, decode, encode, naive_continuation_ids
+from ...drafters.cross_tokenizer import (REPLACEMENT, continuation_ids, decode, encode, naive_continuation_ids,
+                                         target_window)
 from ...core.paths import data_dir
 from .core import Case, CheckReport, check_choice, close, describe, is_number, mismatch, run_cases
 
@@ -118,30 +120,64 @@ def my_continuation(learner: Any) -> CheckReport:
 
 # --- exercise 2: how much lookbehind? -----------------------------------------------------------------------------
 
+WINDOWS = [
+    ("three ids of plain code", "print('naive') ; y = x .T", 3),
+    ("the last id is the last byte of a character split into three", "x = f(a)  # 漢字", 1),
+    ("a window that starts on the middle byte of a character", "x = f(a)  # 漢字", 4),
+    ("a window starting at an indentation token", "s = 'é'\n    return s", 3),
+    ("an accented character (two byte tokens) before the window", "name = 'café'", 2),
+    ("a window longer than the sequence", "def f(x):\n    return x", 50),
+]
 
-def lookbehind_effect(answer: Any) -> CheckReport:
-    """What does ``CrossTokenizerDrafter``'s ``lookbehind`` change?
 
-    (a) the output: with a short window the target emits other text than it would alone;
-    (b) only how the text around a boundary is re-tokenized (which ids the draft reads, which target ids are
-        proposed), hence alpha, never the output; a longer window re-encodes more text each round;
-    (c) how many tokens the draft proposes per round, like gamma;
-    (d) a larger lookbehind always raises alpha, so the largest window is best.
-    """
-    return check_choice("lookbehind_effect", answer, "b", {
-        "a": "The output is the target's own for every lookbehind: the target verifies every proposed token, so the "
-             "drafter can only change what is proposed, never what is emitted (the solutions assert it for "
-             "L = 1 .. 16).",
-        "b": "Yes. The window decides which committed tokens are re-encoded together with the new text, on the draft's "
-             "side and on the target's, so it can change the ids at a boundary and with them alpha, never the output. "
-             "In the solutions' run alpha barely moves from L = 1 to 16: boundaries mostly fall between whole "
-             "words or symbols, where any window splits the same way, and the offset alignment does the rest.",
-        "c": "That is gamma (`speculative_generate(..., gamma=...)`), the number of draft tokens per round. The "
-             "lookbehind counts committed tokens re-encoded with the new text (transformers' target_lookbehind / "
-             "assistant_lookbehind).",
-        "d": "Measured, it does not: in the solutions' run alpha barely moves from L = 1 to 16. A boundary's tokenization "
-             "depends on a token or two of left context; beyond that a longer window re-encodes more text for nothing.",
-    })
+def _window_cases() -> list[Case]:
+    tok = tokenizer_a()
+    cases = []
+    for name, text, lookbehind in WINDOWS:
+        ids, _ = encode(tok, text)
+        cases.append(Case(f"{name}: lookbehind {lookbehind} on {text!r}", (ids, lookbehind),
+                          target_window(tok, ids, lookbehind)))
+    return cases
+
+
+def _judge_window(case: Case, got: Any) -> str | None:
+    tok = tokenizer_a()
+    ids, lookbehind = case.args
+    expected = case.expected
+    if got == expected:
+        return None
+    if _as_ids(got) is not None and not isinstance(got, str):
+        return f"Expected the window's text (a str), got the ids {describe(got)}: decode them (decode(tok_a, ids))."
+    if not isinstance(got, str):
+        return f"Expected the window's text (a str), got {describe(got)}."
+    text = decode(tok, ids)
+    plain = decode(tok, ids[-lookbehind:])
+    if got.startswith(REPLACEMENT):
+        hint = ("your window starts in the middle of a character that A writes as several byte tokens, so its text "
+                "starts with '\ufffd'. Step back: take one more id on the left until the text decodes cleanly.")
+    elif got == text and len(ids) > lookbehind:
+        hint = (f"that is the whole text ({len(ids)} ids); the window is the text of the last {lookbehind} ids only "
+                "(a little more if they start inside a character).")
+    elif got == plain.strip() or got == expected.strip():
+        hint = ("keep the window's spaces and newlines: a leading space decides how the next word is tokenized "
+                "(' return' is one token, 'Ġreturn').")
+    elif expected.endswith(got) and got != expected:
+        hint = ("your window ends right but starts too late: it holds fewer than `lookbehind` ids, or it moved "
+                "forward past the first bytes of a character. Step back (to the left) until the window starts on a "
+                "whole character, never forward.")
+    elif got.endswith(expected) and got != expected:
+        hint = ("your window starts too early: take the last `lookbehind` ids, and step further back only while the "
+                "window would start inside a character.")
+    else:
+        hint = "the window is decode(ids[start:]) for the largest start <= len(ids) - lookbehind whose text is clean."
+    return mismatch(expected, got, hint)
+
+
+def lookbehind_effect(learner: Any) -> CheckReport:
+    """Check ``window_text(ids, lookbehind) -> str``: the text of the last ``lookbehind`` of the target ids ``ids``
+    (tokenizer A), started one id earlier while it would begin inside a character split into byte tokens, the whole
+    text when there are no more ids than that (`target_window`)."""
+    return run_cases("lookbehind_effect", learner, _window_cases(), _judge_window)
 
 
 # --- exercise 3: the ceiling of the intersection ------------------------------------------------------------------
@@ -223,7 +259,8 @@ def intersection_gap(answer: Any) -> CheckReport:
              "the target's segmentation, the draft reads splits it never saw in training (it would write "
              "'▁▁▁▁▁▁▁▁' and 'return', not '▁return' after a newline), and where its own best token lies outside the "
              "intersection the mass is dropped and the rest renormalised. The text round trip lets it write its own "
-             "tokenization, hence its higher alpha; the intersection is what makes exact *sampling* possible.",
+             "tokenization, hence its higher greedy alpha. Both sample exactly (point masses are exact); what the "
+             "intersection's q buys is acceptance when sampling, min(1, p/q) instead of p(x).",
         "c": "GREEDY is temperature 0: the drafter takes the argmax of the masked logits, and the target verifies "
              "greedily; there is no randomness in these runs (the outputs equal the target's, every time).",
         "d": "alpha is a ratio, accepted over examined drafts: proposing more tokens per round does not raise it. Both "
