@@ -6,7 +6,6 @@ import pytest
 import torch
 
 from specdec_lib import check
-from specdec_lib.teaching.check.notebook07 import CHAIN_FEEDBACK
 from specdec_lib.core.caches import compact_cache
 from specdec_lib.core.block_verify import block_thresholds
 
@@ -70,13 +69,45 @@ def test_stub_and_a_single_number_are_messages():
 # --- exercise 2: same nodes, different shapes ---------------------------------------------------------------------
 
 
-def test_chain_or_tree_options():
-    right = check.chain_or_tree("b")
-    assert right and "depth pays" in repr(right)
-    for wrong in sorted(set(CHAIN_FEEDBACK) - {"b"}):
-        report = check.chain_or_tree(wrong)
-        assert not report and f"Not ({wrong})." in repr(report)
-    assert "Answer with one of" in repr(check.chain_or_tree(None))
+def tree_tokens(branching, shares, *, widths=True, own_token=True, multiply=True, per_node=False):
+    """The solution's walk down the tree, with one thing changed at a time to make the usual mistakes."""
+    tokens, alive, nodes = 1.0 if own_token else 0.0, 1.0, 1
+    for width in branching:
+        nodes *= width
+        chance = sum(shares[:width]) if widths else shares[0]
+        alive = alive * chance if multiply else chance
+        tokens += alive * (nodes if per_node else 1)
+    return tokens
+
+
+def test_the_tree_solution_passes_and_a_chain_is_leviathans_sum():
+    report = check.chain_or_tree(tree_tokens)
+    assert report and repr(report) == "✅ chain_or_tree: all 6 hidden cases pass.", repr(report)
+    assert abs(tree_tokens((1,) * 6, [0.7]) - (1 - 0.7 ** 7) / 0.3) < 1e-12
+
+
+@pytest.mark.parametrize("wrong, words", [
+    # shortcuts that return the conclusion ("depth wins", "the chain's formula") without walking the tree
+    (lambda branching, shares: len(branching) + 1, "the most a round can emit"),
+    (lambda branching, shares: tree_tokens(branching, shares, widths=False), "only the draft's first choice"),
+    # plausible wrong walks
+    (lambda branching, shares: tree_tokens(branching, shares, own_token=False), "the target's own token"),
+    (lambda branching, shares: tree_tokens(branching, shares, multiply=False), "You added the depths' chances"),
+    (lambda branching, shares: tree_tokens(branching, shares, per_node=True), "You counted nodes"),
+    (lambda branching, shares: 1 + sum(min(1.0, width * shares[0]) for width in branching), "not b times shares[0]"),
+])
+def test_shortcuts_and_wrong_walks_are_rejected_with_their_hint(wrong, words):
+    report = check.chain_or_tree(wrong)
+    assert not report and words in repr(report), repr(report)
+
+
+def test_the_tree_stub_and_a_non_number_are_messages():
+    def stub(branching, shares):
+        raise NotImplementedError  # your code here
+
+    assert "still raises NotImplementedError" in repr(check.chain_or_tree(stub))
+    assert "Expected a number (tokens per round), got str" in repr(check.chain_or_tree(lambda b, s: "chain"))
+    assert "takes your function itself" in repr(check.chain_or_tree("b"))
 
 
 # --- exercise 3: compaction on a pointer cache ----------------------------------------------------------------------

@@ -52,4 +52,23 @@ def test_a_stub_and_a_non_verdict_are_explained():
 @pytest.mark.parametrize("letter", sorted(_PROMISE))
 def test_every_option_of_the_promise_question_is_explained(letter):
     report = check.lossless_promise(letter)
-    assert bool(report) is (letter == "c") and _PROMISE[letter][:20] in repr(report)
+    assert bool(report) is (letter == "b") and _PROMISE[letter][:20] in repr(report)
+
+
+def test_the_promise_feedback_types_no_measured_number_and_its_claims_hold_in_the_stored_bench():
+    import json
+    import re
+
+    from specdec_lib.bench.numerics import summary_rows
+    from specdec_lib.core.numerics import spacing
+    from specdec_lib.core.paths import data_dir
+
+    assert not any(re.search(r"\d\.\d", text) for text in _PROMISE.values())
+    document = json.loads((data_dir() / "bench" / "numerics.json").read_text())
+    forks = {row["dtype"]: 0 for row in summary_rows(document)}
+    for row in summary_rows(document):
+        forks[row["dtype"]] += row["forks"]
+    assert forks["float16"] < forks["bfloat16"] / 4                               # the premise
+    assert spacing(torch.float16, 8.0) * 8 == spacing(torch.bfloat16, 8.0)        # (b): a grid 8 times finer
+    drift = {dtype: body["drift_nats"] for dtype, body in document["dtypes"].items()}
+    assert 0 < drift["float16"] < drift["bfloat16"]                               # (b) smaller drift; (d) not zero

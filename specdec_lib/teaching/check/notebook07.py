@@ -2,7 +2,8 @@
 
 - `expected_accepted_drafts` (exercise 1): the exact expected accepted drafts per round of token-wise and of block
   verification, by enumeration, on hidden context-free toys (p, q, gamma) against ``verify.block_thresholds``;
-- `chain_or_tree` (exercise 2): multiple choice, a 6-draft chain against the 6-node tree (3, 1);
+- `chain_or_tree` (exercise 2): the expected tokens of one greedy round of a tree shape, from the shares of the
+  draft's first, second, ... choices that are the target's token, on hidden shapes (a chain among them);
 - `compact_pointer_cache` (exercise 3): your compaction of a `PreallocatedCache`, run on small caches the check
   builds (no model) and compared with ``kv_cache.compact_cache``, also after the next token is appended.
 """
@@ -17,7 +18,7 @@ import torch
 
 from ...core.caches import PreallocatedCache, compact_cache
 from ...core.block_verify import block_thresholds
-from .core import Case, CheckReport, check_choice, close, find_mistake, mismatch, run_cases
+from .core import Case, CheckReport, close, find_mistake, is_number, mismatch, run_cases
 
 # --- exercise 1: another toy -----------------------------------------------------------------------------------
 
@@ -151,30 +152,78 @@ def expected_accepted_drafts(learner: Callable) -> CheckReport:
 
 # --- exercise 2: same nodes, different shapes ---------------------------------------------------------------------
 
-CHAIN_FEEDBACK = {
-    "a": "The tree hedges where the chain dies, but on code this draft's first choice is usually the target's: "
-         "its second and third choices at position one are rarely needed, and the (3, 1) tree emits at most 3 "
-         "tokens a round (depth 2, then the bonus) where the chain can emit 7. The chain wins here.",
-    "b": "Yes. Both verify 6 nodes in one 7-position forward, so the cost is the same; what differs is where the "
-         "chances are spent. With a draft that is right most of the time, depth pays: the chain can emit up to 7 "
-         "tokens a round, the (3, 1) tree at most 3. On high-entropy text or with a weaker draft, width gains.",
-    "c": "The verify forward costs the same (6 nodes, 7 positions), but what it can accept does not: the chain can "
-         "keep up to 6 drafts, the tree at most 2, and the draft's second choices are rarely the target's.",
-    "d": "The tree attention mask keeps siblings apart (a node sees its ancestors only); that is what makes each "
-         "node's logits equal its own branch's, not a source of extra acceptance.",
-}
+
+def _tree_tokens(branching: tuple[int, ...], shares: list[float]) -> float:
+    """Expected tokens of one greedy round of ``TreeShape(branching)``: the walk passes depth j when the target's
+    token is among the draft's top ``branching[j - 1]`` choices there (probability ``sum(shares[:b])``), depths
+    independent; the round emits the path's drafts plus the target's own token."""
+    tokens, alive = 1.0, 1.0
+    for width in branching:
+        alive *= sum(shares[:width])
+        tokens += alive
+    return tokens
 
 
-def chain_or_tree(answer: Any) -> CheckReport:
-    """Exercise 2 (multiple choice): a 6-draft chain against the 6-node tree (3, 1) on code prompts.
+TREE_MISTAKES = [
+    (lambda branching, shares: _tree_tokens((1,) * len(branching), shares),
+     "You used only the draft's first choice at every depth, as a chain does. A node with b children gives the walk "
+     "b chances: the target's token is among them with probability shares[0] + ... + shares[b - 1]."),
+    (lambda branching, shares: _tree_tokens(branching, shares) - 1,
+     "You counted only the accepted drafts. Every round also emits the target's own token (the recovered or bonus "
+     "one): a round that accepts nothing still writes 1 token."),
+    (lambda branching, shares: len(branching) + 1.0,
+     "That is the most a round can emit, every depth right. The expectation weighs each depth by the chance that "
+     "the walk gets there."),
+    (lambda branching, shares: 1 + sum(min(1.0, width * shares[0]) for width in branching),
+     "The children of a node are the draft's *different* choices, each right with its own share: b children catch "
+     "the target's token with probability shares[0] + ... + shares[b - 1], not b times shares[0]."),
+    (lambda branching, shares: 1 + sum(sum(shares[:width]) for width in branching),
+     "You added the depths' chances. The walk reaches depth d only if it passed every depth before it: multiply "
+     "the chances of depths 1 .. d, then add those products over d."),
+    (lambda branching, shares: _tree_tokens_per_node(branching, shares),
+     "You counted nodes. A greedy round follows one path down the tree: at most one node per depth is accepted, "
+     "however many siblings it has."),
+]
 
-    (a) The tree: three first tokens triple the chance that position one is right, where a chain dies.
-    (b) The chain: the draft's first choice is usually right on code, so depth (up to 7 tokens a round) buys more
-        than second and third choices at position one (the tree emits at most 3 a round).
-    (c) Neither: both verify 6 nodes in a 7-position forward, so they get the same tokens per forward.
-    (d) The tree: its attention mask lets siblings share what they saw, so more of its nodes are accepted.
-    """
-    return check_choice("chain_or_tree", answer, "b", CHAIN_FEEDBACK)
+
+def _tree_tokens_per_node(branching: tuple[int, ...], shares: list[float]) -> float:
+    """The mistake of counting every node of a depth the walk reaches as accepted."""
+    tokens, alive, nodes = 1.0, 1.0, 1
+    for width in branching:
+        nodes *= width
+        alive *= sum(shares[:width])
+        tokens += alive * nodes
+    return tokens
+
+
+TREE_CASES = [
+    Case("a chain of 4 drafts: only the first choice counts", ((1, 1, 1, 1), [0.7])),
+    Case("the tree (3, 1): three first tokens, then one each", ((3, 1), [0.7, 0.1, 0.05])),
+    Case("the tree (2, 2, 1, 1)", ((2, 2, 1, 1), [0.6, 0.2])),
+    Case("the tree (4, 2, 2, 1)", ((4, 2, 2, 1), [0.5, 0.2, 0.1, 0.05])),
+    Case("one draft that is always right", ((1,), [1.0])),
+    Case("a draft that is never right, at any rank", ((2, 1), [0.0, 0.0])),
+]
+TREE_CASES = [Case(case.name, case.args, _tree_tokens(*case.args)) for case in TREE_CASES]
+
+
+def chain_or_tree(learner: Callable) -> CheckReport:
+    """Exercise 2: ``learner(branching, shares)`` must return the expected tokens one greedy round of
+    ``TreeShape(branching)`` emits when the target's token is the draft's r-th choice with probability
+    ``shares[r - 1]``, independently at every depth: ``1 + sum_d prod_{j <= d} sum(shares[:branching[j - 1]])``.
+    Checked on hidden shapes and shares; a chain, ``(1,) * gamma`` with ``[alpha]``, gives Leviathan's
+    ``(1 - alpha^(gamma + 1)) / (1 - alpha)``."""
+
+    def judge(case: Case, got: Any) -> str | None:
+        if not is_number(got):
+            return f"Expected a number (tokens per round), got {type(got).__name__}."
+        if close(got, case.expected, rel_tol=1e-9):
+            return None
+        hint = find_mistake(got, case.args, case.expected, TREE_MISTAKES, lambda a, b: close(a, b, rel_tol=1e-9),
+                            learner, TREE_CASES)
+        return mismatch(case.expected, float(got), hint)
+
+    return run_cases("chain_or_tree", learner, TREE_CASES, judge)
 
 
 # --- exercise 3: compaction on a pointer cache ----------------------------------------------------------------------

@@ -4,8 +4,9 @@
   and alpha from the four speculative-decoding counters a vLLM server exports, on counters the check computes from
   hand-made traces (`specdec_lib.teaching.production.vllm_counters`); the expected values are the trace's own metrics
   (`specdec_lib.core.trace`), so a right answer means the server's counters and the course's definitions agree;
-- ``queued_ttft("b")``: why the stored load test's time to first token grows with concurrency, with or without
-  prompt lookup.
+- ``queued_ttft(queued_ttfts)``: the learner's model of the stored load test's time to first token, a server that
+  serves one request at a time behind a client that keeps ``concurrency`` requests in flight, on hand-made request
+  times (equal and mixed lengths, from one request in flight to more slots than requests).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 
 from ..production import vllm_counters
 from ...core.trace import RoundRecord, Trace, acceptance_rate, mean_acceptance_length, per_token_acceptance
-from .core import Case, CheckReport, check_choice, close, describe, mismatch, run_cases
+from .core import Case, CheckReport, close, describe, find_mistake, is_number, mismatch, run_cases
 
 # --- exercise 1: our metrics from vLLM's counters -------------------------------------------------------------
 
@@ -103,20 +104,73 @@ def metrics_from_vllm_counters(learner: Any) -> CheckReport:
 
 # --- exercise 2: why TTFT grows under load -------------------------------------------------------------------------
 
-QUEUED_TTFT_FEEDBACK = {
-    "a": "Prompt lookup does not touch the prefill, and the rows without it show the same growth: at concurrency 1 "
-         "the first token comes about as fast with and without it.",
-    "b": "Right. The default `transformers serve` runs one `generate` at a time, so a request's first token waits "
-         "for every request ahead of it: TTFT measures the queue. Speculation shortens each request's decode, so "
-         "the queue drains a little sooner (TTFT p50 at concurrency 4 is lower with lookup), but it cannot remove "
-         "the wait. A batching server (vLLM, SGLang, --continuous-batching) turns that queue into batch size instead.",
-    "c": "The server honours prompt lookup at every concurrency: the stored table's tokens per chunk stay above 1 "
-         "with lookup (the same at every concurrency) and the texts stay identical to the plain ones in every row.",
-    "d": "The client opens one connection per request slot and times only the bytes it reads; a few threads cannot "
-         "add seconds. And the time does not go to the network: on one machine it is the server's queue.",
-}
+
+def _served(requests: list[tuple[float, float]], concurrency: int, *, from_send: bool = True,
+            busy_until: str = "end", first: bool = True) -> list[float]:
+    """TTFTs under a one-at-a-time, first-come-first-served server and a client that keeps ``concurrency`` requests
+    in flight (the next sent as one completes), each request ``(first_token_s, total_s)`` as it took alone; the
+    keywords make the usual mistakes (timed from 0, a server free after the prefill, the whole answer). Timing from 0
+    and sending every request at once give the same answers: the server is never idle when a request is sent."""
+    sent, start, end, ttfts = [], [], [], []
+    for index, (first_token, total) in enumerate(requests):
+        sent.append(end[index - concurrency] if index >= concurrency else 0.0)
+        free = (end[-1] if busy_until == "end" else start[-1] + requests[index - 1][0]) if index else 0.0
+        start.append(max(sent[-1], free))
+        end.append(start[-1] + total)
+        ttfts.append(start[-1] + (first_token if first else total) - (sent[-1] if from_send else 0.0))
+    return ttfts
 
 
-def queued_ttft(answer: Any) -> CheckReport:
-    """Multiple choice: why TTFT grows many times over with concurrency in the stored load test."""
-    return check_choice("queued_ttft", answer, "b", QUEUED_TTFT_FEEDBACK)
+QUEUE_MISTAKES = [
+    (lambda requests, concurrency: [first_token for first_token, _ in requests],
+     "That is each request's TTFT alone: as if the server worked on every request in flight at once. It serves "
+     "one at a time, so a request starts when the one before it has finished and it has arrived."),
+    (lambda requests, concurrency: [first_token * concurrency for first_token, _ in requests],
+     "You scaled the TTFT alone by the concurrency. A queue does not multiply the prefill: a request waits for the "
+     "whole answers of the requests ahead of it, their total times."),
+    (lambda requests, concurrency: _served(requests, concurrency, from_send=False),
+     "You timed every request from the start of the test, as if the client had sent them all at once. TTFT runs "
+     "from the moment the client *sent* the request, and it keeps at most `concurrency` in flight: request k "
+     "(k >= concurrency) is sent when request k - concurrency completes, and has not waited before that."),
+    (lambda requests, concurrency: _served(requests, concurrency, busy_until="first token"),
+     "Your server takes the next request once the current one has its first token. It runs one generate at a "
+     "time: it is busy with a request until its last token, start + total time."),
+    (lambda requests, concurrency: _served(requests, concurrency, first=False),
+     "That is the time to the *last* token. TTFT ends at the first token: start of service + the request's own "
+     "time to first token."),
+]
+
+_EQUAL = [(0.03, 0.3)] * 8
+_MIXED = [(0.02, 0.4), (0.05, 0.2), (0.03, 0.5), (0.04, 0.3), (0.02, 0.25), (0.06, 0.35)]
+QUEUE_CASES = [
+    Case("eight equal requests, all eight in flight at once", (_EQUAL, 8)),
+    Case("eight equal requests, at most four in flight", (_EQUAL, 4)),
+    Case("six requests of different lengths, two in flight", (_MIXED, 2)),
+    Case("one request in flight at a time: nobody waits", (_MIXED, 1)),
+    Case("more slots than requests", (_MIXED[:3], 5)),
+]
+QUEUE_CASES = [Case(case.name, case.args, _served(*case.args)) for case in QUEUE_CASES]
+
+
+def _same_times(a: Any, b: list[float]) -> bool:
+    return (isinstance(a, (list, tuple)) and len(a) == len(b)
+            and all(is_number(x) and close(x, y, rel_tol=1e-9, abs_tol=1e-12) for x, y in zip(a, b)))
+
+
+def queued_ttft(learner: Any) -> CheckReport:
+    """Exercise 2: ``learner(requests, concurrency)`` with ``requests = [(first_token_s, total_s), ...]`` (each
+    request as it took alone, in the order the client sends them) must return every request's TTFT, from its send
+    time to its first token, under a server that serves one request at a time, first come first served, and a
+    client that keeps ``concurrency`` requests in flight, sending the next as soon as one completes."""
+
+    def judge(case: Case, got: Any) -> str | None:
+        if not isinstance(got, (list, tuple)):
+            return f"Expected a list with one TTFT per request, got {type(got).__name__}."
+        if len(got) != len(case.expected):
+            return f"Expected {len(case.expected)} TTFTs, one per request, got {len(got)}."
+        if _same_times(got, case.expected):
+            return None
+        hint = find_mistake(got, case.args, case.expected, QUEUE_MISTAKES, _same_times, learner, QUEUE_CASES)
+        return mismatch(case.expected, list(got), hint)
+
+    return run_cases("queued_ttft", learner, QUEUE_CASES, judge)
