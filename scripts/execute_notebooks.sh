@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 export PYDEVD_DISABLE_FILE_VALIDATION=1 TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 export PYTHONHASHSEED=0
 unset MPLBACKEND
-python=${PYTHON:-python}
+python=${PYTHON:-$(if [ -x .venv/bin/python ]; then echo .venv/bin/python; else echo python; fi)}  # the set-up's environment when there is one
 if [ $# -eq 0 ]; then
     mapfile -t notebooks < <(find course -name '*.ipynb' -not -path '*/.ipynb_checkpoints/*' | sort)
 else
