@@ -85,14 +85,28 @@ def say(text):
 # --------------------------------------------------------------------------- Python and venv
 
 
+def lock_python():
+    """The Python minor version constraints.txt was made with ('3.11'), from its header; None when unknown."""
+    try:
+        with open(CONSTRAINTS, encoding="utf-8") as handle:
+            match = re.search(r"with Python (\d+\.\d+)", handle.read(2000))
+    except OSError:
+        return None
+    return match.group(1) if match else None
+
+
 def python_problem(version_info, executable):
-    """Why this Python cannot run the course, or None."""
+    """Why this Python cannot run the course, or None. Names a newer Python of this machine when there is one,
+    the lock's own first."""
     if tuple(version_info[:2]) >= MIN_PYTHON:
         return None
     found = ".".join(str(v) for v in version_info[:3])
-    newer = [name for name in ("python3.13", "python3.12", "python3.11", "python3.10") if shutil.which(name)]
-    hint = ("this machine also has {0}: make course PYTHON={0} (or {0} scripts/bootstrap.py course)".format(newer[0])
-            if newer else "install Python {}.{} or newer (python.org, or your system's packages), then run this "
+    names = ["python" + minor for minor in ("3.13", "3.12", "3.11", "3.10")]
+    preferred = "python{}".format(lock_python())
+    names.sort(key=lambda name: name != preferred)
+    newer = [name for name in names if shutil.which(name)]
+    hint = ("This machine also has {0}: make course PYTHON={0} (or {0} scripts/bootstrap.py course).".format(newer[0])
+            if newer else "Install Python {}.{} or newer (python.org, or your system's packages), then run this "
                           "again with it: make course PYTHON=python3.X".format(*MIN_PYTHON))
     return "Python {} at {} is too old: the course needs Python {}.{} or newer. {}".format(
         found, executable, MIN_PYTHON[0], MIN_PYTHON[1], hint)
@@ -241,7 +255,7 @@ def pip_failure(output, returncode):
         return ("pip could not reach the network to download packages. Without internet, install from the offline "
                 "kit: on a machine with internet and the same system and Python, run "
                 "scripts/make_wheelhouse.sh download, copy the wheelhouse/ folder it makes into this repository, then "
-                "run this command again (it installs from wheelhouse/ without the network; docs/teaching.md says more).")
+                "run this command again (it installs from wheelhouse/ without the network; docs/install.md says more).")
     match = re.search(r"Ignored the following versions that require a different python version: (.*)", output)
     if match or "Requires-Python" in output:
         detail = match.group(1).strip() if match else "see above"
