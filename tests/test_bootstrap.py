@@ -34,7 +34,7 @@ def test_an_old_python_is_refused_with_its_version_and_a_newer_python_on_this_ma
     monkeypatch.setattr(bootstrap.shutil, "which", lambda name: "/usr/bin/" + name)
     assert "make course PYTHON={}".format(lock) in bootstrap.python_problem((3, 8, 10), "/usr/bin/python3")
     monkeypatch.setattr(bootstrap.shutil, "which", lambda name: None)
-    assert "install Python 3.10 or newer" in bootstrap.python_problem((3, 9, 0), "python3")
+    assert "Install Python 3.10 or newer" in bootstrap.python_problem((3, 9, 0), "python3")
     assert bootstrap.python_problem((3, 10, 0), "python3") is None
 
 
