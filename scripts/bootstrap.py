@@ -321,9 +321,9 @@ def torch_source(python, version, kit, gpu, system):
     return "torch", [requirement]
 
 
-def install_torch(python, version, constraint_args):
+def install_torch(python, version, constraint_args, kit):
     """torch first, so that installing the project pulls no other torch."""
-    what, args = torch_source(python, version, wheelhouse(), nvidia_gpu(), platform.system())
+    what, args = torch_source(python, version, kit, nvidia_gpu(), platform.system())
     pip(python, constraint_args + args, "installing " + what)
 
 
@@ -333,8 +333,8 @@ def install(python, extras, lock):
     if "torch" not in pins:
         raise SetupError("constraints.txt pins no torch: refresh it with `make lock`")
     locked = ["-c", CONSTRAINTS] if lock else []
-    install_torch(python, pins["torch"], locked)
     kit = wheelhouse()
+    install_torch(python, pins["torch"], locked, kit)
     offline = ["--no-index", "--find-links", kit] if kit else []
     pip(python, offline + locked + ["-e", ".[{}]".format(",".join(extras))],
         "installing the project with its extras " + ",".join(extras)
@@ -408,7 +408,7 @@ def refresh_lock(arguments):
     try:
         create_environment(scratch)
         scratch_python = venv_python(scratch)
-        install_torch(scratch_python, torch_version, [])
+        install_torch(scratch_python, torch_version, [], wheelhouse())
         pip(scratch_python, ["-e", ".[{}]".format(",".join(TEST_EXTRAS))], "installing the newest allowed versions")
         listed = subprocess.run([scratch_python, "-m", "pip", "list", "--format=freeze", "--exclude-editable"],
                                 stdout=subprocess.PIPE, universal_newlines=True, check=True).stdout
