@@ -13,7 +13,7 @@ from specdec_lib.bench.numerics import confident_replacement, planted_bug, plant
 from specdec_lib.core.devices import course_setup
 from specdec_lib.core.drafting import Draft, Drafter
 from specdec_lib.core.errors import ConfigError, InputError
-from specdec_lib.core.forks import judge_fork
+from specdec_lib.core.forks import greedy_with_logits, judge_fork, one_token_logits
 from specdec_lib.core.numerics import near_tie_tolerance, relative_tolerance, spacing
 from specdec_lib.core.trees import TreeShape
 
@@ -193,6 +193,19 @@ def test_a_real_tie_forks_as_a_near_tie_which_only_float32_refuses(tiny_pair, dt
         assert_same_greedy(model, prompt, reference, candidate, reference, label="tied")
         assert capsys.readouterr().out.startswith("tied: bfloat16: 1 of 2 identical to the target's own greedy "
                                                   "output; the others fork at near-ties: near-tie: forks at new token 3")
+
+
+@pytest.mark.parametrize("dtype", [BF16, FP32])
+def test_greedy_with_logits_is_the_target_alone_and_its_one_token_logits_in_one_pass(tiny_pair, dtype):
+    prompt = tiny_prompts(1, seed=8)[0]
+    tied, _, _ = tied_model(tiny_pair[0], prompt, 3, dtype)  # an exact tie at new token 3: the lowest id wins
+    for model in (copy.deepcopy(tiny_pair[0]).to(dtype), tied):
+        ids, logits = greedy_with_logits(model, prompt, 12)
+        alone = autoregressive_generate(model, prompt, max_new_tokens=12, eos_token_id=None)
+        assert torch.equal(ids, alone.sequence[0])
+        assert logits.dtype == FP32 and torch.equal(logits, one_token_logits(model, ids, prompt.shape[1]))  # [12, V]
+    with pytest.raises(ConfigError, match="max_new_tokens"):
+        greedy_with_logits(tied, prompt, 0)
 
 
 def test_assert_same_greedy_prints_nothing_in_float32(tiny_pair, capsys):

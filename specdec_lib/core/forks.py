@@ -36,6 +36,7 @@ from .errors import ConfigError, InputError
 from .numerics import dtype_name, is_exact_dtype, near_tie_tolerance
 from .result import GenerationResult
 from .rows import CachedRows
+from .validation import check_generation_inputs
 
 Verdict = Literal["identical", "near-tie", "disagreement"]
 VERIFY_BLOCK = 8  # the verification shape where no trace says what the round was: x_L and seven drafted tokens
@@ -135,12 +136,34 @@ def _as_output(output: object, prompt: torch.Tensor | int | None, what: str) -> 
 def one_token_logits(target: PreTrainedModel, ids: torch.Tensor, prompt_length: int) -> torch.Tensor:
     """float32 logits ``[N, V]`` that the target alone computes for each of the N new tokens of ``ids:
     LongTensor[T + N]``: a prefill of the T prompt tokens, then one forward per token on its KV cache."""
+    return _one_token_steps(target, ids, prompt_length, ids.numel() - prompt_length)[1]
+
+
+def greedy_with_logits(target: PreTrainedModel, input_ids: torch.Tensor,
+                       max_new_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The target alone, greedy, keeping the logits it decided on: after ``input_ids: LongTensor[1, T]``, N =
+    ``max_new_tokens`` one-token steps, each token the argmax of the step's logits (ties: the lowest id), never
+    stopping early. Returns ``(ids: LongTensor[T + N], logits: float32 [N, V])`` (row i predicts new token i): the
+    ids of ``autoregressive_generate(target, input_ids, max_new_tokens=N, eos_token_id=None)`` and the logits of
+    ``one_token_logits(target, ids, T)``, in one pass instead of two."""
+    check_generation_inputs(target, input_ids, max_new_tokens)
+    return _one_token_steps(target, input_ids[0], input_ids.shape[1], max_new_tokens)
+
+
+def _one_token_steps(target: PreTrainedModel, ids: torch.Tensor, prompt_length: int,
+                     new_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The target alone's loop: a prefill of ``ids[:prompt_length]``, then one forward per token on its KV cache,
+    reading the tokens of ``ids: LongTensor[T + n]`` while it has them and the argmax of the last logits beyond.
+    Returns ``(ids: LongTensor[T + new_tokens], float32 logits [new_tokens, V])``."""
     rows = CachedRows(target)
     with torch.inference_mode():
         logits = [rows.forward(ids[None, :prompt_length], logits_to_keep=1)[0][0, -1]]
-        for position in range(prompt_length, ids.numel() - 1):
-            logits.append(rows.forward(ids[None, position:position + 1])[0][0, -1])
-    return torch.stack(logits)
+        for position in range(prompt_length, prompt_length + new_tokens):
+            if position == ids.numel():  # past the given tokens: the target's own greedy choice
+                ids = torch.cat([ids, logits[-1].argmax().view(1)])
+            if len(logits) < new_tokens:
+                logits.append(rows.forward(ids[None, position:position + 1])[0][0, -1])
+    return ids, torch.stack(logits)
 
 
 def token_gaps(logits: torch.Tensor, tokens: torch.Tensor, dtype: torch.dtype) -> list[TokenGap]:
