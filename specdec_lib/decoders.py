@@ -17,7 +17,7 @@ from typing import Literal
 import torch
 from transformers import PreTrainedModel
 
-from .core.drafting import Drafter
+from .core.drafting import Drafter, TargetAlone
 from .core.engine import generate
 from .core.errors import ConfigError
 from .core.result import GenerationResult
@@ -54,7 +54,7 @@ def autoregressive_generate(
     The result's trace has one round per target forward (``drafted=0, accepted=0, emitted=1``); ``method`` is
     ``"autoregressive"`` (``"autoregressive-nocache"`` without the cache)."""
     settings = Settings(max_new_tokens, sampling=sampling, cache_kind="dynamic" if use_cache else "none")
-    return generate(model, None, _one_row(input_ids), settings, seed=seed, eos_token_id=eos_token_id,
+    return generate(model, TargetAlone(), _one_row(input_ids), settings, seed=seed, eos_token_id=eos_token_id,
                     method="autoregressive" if use_cache else "autoregressive-nocache")
 
 
@@ -157,7 +157,7 @@ def batched_autoregressive_generate(
     one KV cache for the batch (`specdec_lib.core.rows`). Each row's tokens are what ``autoregressive_generate``
     gives it alone (greedy: token for token; sampling: in distribution, one seeded generator for all rows);
     finished rows leave the batch."""
-    return generate(model, None, prompts, Settings(max_new_tokens, sampling=sampling), seed=seed,
+    return generate(model, TargetAlone(), prompts, Settings(max_new_tokens, sampling=sampling), seed=seed,
                     eos_token_id=eos_token_id, method="batched-autoregressive")
 
 

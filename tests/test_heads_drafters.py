@@ -36,7 +36,7 @@ from helpers import (
     sharpen,
     speculative_samples,
 )
-from specdec_lib.core.drafting import Context
+from specdec_lib.core.drafting import TargetOutput, Context
 from specdec_lib import (EagleDrafter, HeadsDrafter, autoregressive_generate, load_eagle, load_heads, load_prompts,
                          speculative_generate)
 from specdec_lib.drafters import EagleModule, MedusaHeads
@@ -187,11 +187,16 @@ def test_trained_tiny_drafters_are_accepted_and_rejected(tiny_target, tiny_modul
         assert any(r.accepted > 0 for r in rounds) and any(r.accepted < r.drafted for r in rounds), kind
 
 
-def test_drafting_without_the_target_hidden_states_is_refused(tiny_target, tiny_modules):
+def test_drafting_waits_for_the_target_and_a_wrong_count_of_hidden_states_is_refused(tiny_target, tiny_modules):
+    """Before the target's first forward there is nothing to draft from (the first round drafts nothing); after it,
+    the observed hidden states must cover every committed position but the last."""
     for kind in KINDS:
         drafter = make_drafter(kind, tiny_modules[kind]["random"], tiny_target)
         drafter.begin(Context.of(PROMPT))
-        with pytest.raises(ConfigError, match="observe_target"):
+        assert len(drafter.propose(Context.of(PROMPT, 2), GREEDY, None)) == 0
+        width = tiny_target.config.hidden_size * len(drafter.hidden_layers)
+        drafter.observe(TargetOutput(torch.zeros(1, 64), torch.zeros(1, width), 0))  # 1 position, not 2
+        with pytest.raises(ConfigError, match="calls observe after every target forward"):
             drafter.propose(Context.of(PROMPT, 2), GREEDY, None)
 
 

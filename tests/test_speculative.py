@@ -15,6 +15,7 @@ from helpers import hf_greedy
 from specdec_lib import Draft, Drafter, DraftModelDrafter, speculative_generate
 from specdec_lib import autoregressive_generate
 from specdec_lib.core.errors import ConfigError, InputError
+from specdec_lib.core.minimal import lean_generate
 from specdec_lib.core.sampling import SamplingConfig
 from specdec_lib.core.validation import check_same_device
 from specdec_lib.core.trace import (
@@ -291,26 +292,44 @@ def test_a_drafter_proposing_too_much_is_explained(tiny_llama):
         speculative_generate(tiny_llama, Greedy(), torch.tensor([[3]]), gamma=2, max_new_tokens=4)
 
 
-def test_a_drafter_claiming_both_target_capabilities_is_refused(tiny_llama):
-    class Both(Drafter):
-        wants_target_hidden = shares_target_cache = True
+def test_a_drafter_that_reads_the_target_sees_every_forward_and_drafts_from_the_second_round(tiny_llama, references):
+    """The hooks a drafter that reads the target's work uses: ``hidden_layers`` asks for hidden states, `observe`
+    is called after every forward (the first one reads the prompt: it covers every prompt position), and a drafter
+    with nothing observed yet drafts nothing (the first round is the prefill: it drafts nothing anyway)."""
+
+    class Echo(Drafter):  # drafts the target's own next-token argmax after the observed logits: always accepted
+        hidden_layers = (-1,)
+
+        def begin(self, context, **limits):
+            self.seen, self.logits = [], None
+
+        def observe(self, output):
+            self.seen.append((output.hidden.shape[0], output.accepted))
+            self.logits = output.logits
 
         def propose(self, context, sampling, generator):
-            return Draft.empty()
+            if self.logits is None:
+                return Draft.empty()
+            return Draft(self.logits[-1:].argmax(-1)[: context.k])
 
-    with pytest.raises(ConfigError, match="both wants_target_hidden and shares_target_cache"):
-        speculative_generate(tiny_llama, Both(), torch.tensor([[3]]), gamma=2, max_new_tokens=4)
+    ids = torch.tensor([PROMPTS[0]])
+    drafter = Echo()
+    result = speculative_generate(tiny_llama, drafter, ids, gamma=2, max_new_tokens=LONGEST, eos_token_id=None)
+    assert result.new_token_list == references[tuple(PROMPTS[0])]
+    rounds = result.trace.rounds
+    assert rounds[0].kind == "prefill" and all(r.drafted == 1 for r in rounds[1:])
+    assert drafter.seen[0] == (len(PROMPTS[0]), 0)  # the prompt's forward: every prompt position
+    assert drafter.seen[1:] == [(1 + r.accepted, r.accepted) for r in rounds[1:]]  # x_L and the accepted drafts
 
 
-def test_a_capability_without_its_method_is_explained(tiny_llama):
-    class ForgetsToObserve(Drafter):
-        wants_target_hidden = True
-
+def test_a_drafter_with_only_propose_runs(tiny_llama, references):
+    class Copycat(Drafter):  # every hook but propose left at its default
         def propose(self, context, sampling, generator):
-            return Draft.empty()
+            return Draft(context.sequence[0, -1:].repeat(context.k))
 
-    with pytest.raises(NotImplementedError, match="no observe_target"):
-        speculative_generate(tiny_llama, ForgetsToObserve(), torch.tensor([[3]]), gamma=2, max_new_tokens=4)
+    ids = torch.tensor([PROMPTS[0]])
+    result = speculative_generate(tiny_llama, Copycat(), ids, gamma=3, max_new_tokens=LONGEST)
+    assert result.new_token_list == references[tuple(PROMPTS[0])] and result.trace.rounds[1].drafted == 3
 
 
 @pytest.fixture
@@ -369,26 +388,47 @@ def test_rounds_record_which_token_the_target_added(tiny_llama, drafts):
     assert [record.kind for record in baseline.trace.rounds] == ["prefill", "target", "target", "target"]
 
 
-def test_one_timing_wait_per_round_and_the_id_check_only_for_untrusted_drafters(tiny_llama, monkeypatch):
+def test_one_timing_wait_per_round_and_no_read_back_for_the_id_check(tiny_llama, monkeypatch):
     """On a GPU every wait for the device stalls the pipeline: the loop waits once per round for timing (before
-    the verification forward), and checks draft ids only for drafters that cannot vouch for them."""
+    the verification forward), and checks the draft ids on the copy the verdict's read-back brings anyway."""
     import specdec_lib.core.recording as recording_module
-    import specdec_lib.core.run as run_module
     from specdec_lib.drafters import DraftModelDrafter
 
-    waits, checks = [], []
+    waits = []
     monkeypatch.setattr(recording_module, "synchronize", lambda device: waits.append(device))
-    real_check = run_module.check_draft_ids
-    monkeypatch.setattr(run_module, "check_draft_ids", lambda *a: checks.append(1) or real_check(*a))
     prompt = torch.tensor([[0, 5, 17, 42, 3]])
     result = speculative_generate(tiny_llama, DraftModelDrafter(tiny_llama), prompt, gamma=3, max_new_tokens=20)
-    rounds = len(result.trace.rounds) - 1  # verification rounds (the prefill is round 0)
+    rounds = len(result.trace.rounds)
     assert rounds > 1
-    assert len(waits) == rounds + 2  # one per round, plus the start and the prefill
-    assert checks == []  # a draft model's ids are the target's by construction
+    assert len(waits) == rounds + 1  # one per round, plus the start
 
-    class Untrusted(DraftModelDrafter):
-        proposes_target_ids = False
+    class OutOfRange(Drafter):
+        def propose(self, context, sampling, generator):
+            return Draft(torch.full((context.k,), tiny_llama.config.vocab_size + 3))
 
-    speculative_generate(tiny_llama, Untrusted(tiny_llama), prompt, gamma=3, max_new_tokens=20)
-    assert len(checks) == rounds  # same tokens, same rounds: one check per round
+    with pytest.raises(ConfigError, match=f"token id {tiny_llama.config.vocab_size + 3}, outside the target's"):
+        speculative_generate(tiny_llama, OutOfRange(), prompt, gamma=3, max_new_tokens=20)
+
+
+@pytest.mark.parametrize("draft_name", ["unrelated", "noisy"])  # ("self" is the target: the hook would count it)
+def test_the_minimal_loop_and_the_engine_give_the_same_tokens_and_forwards(tiny_llama, drafts, references, draft_name):
+    """`specdec_lib.core.minimal.lean_generate`, the loop a reader meets first, is the engine's round: same tokens
+    (the target's own), and the same target forwards (counted by a hook), EOS inside a round included."""
+    draft = drafts[draft_name]
+    calls = []
+    hook = tiny_llama.register_forward_pre_hook(lambda *args: calls.append(1))
+    try:
+        for prompt in PROMPTS:
+            ids = torch.tensor([prompt])
+            for gamma, max_new_tokens, eos in [(1, 7, None), (3, 1, None), (4, LONGEST, None), (6, LONGEST, 12)]:
+                eos_id = None if eos is None else references[tuple(prompt)][eos]
+                calls.clear()
+                lean = lean_generate(tiny_llama, draft, ids, gamma=gamma, max_new_tokens=max_new_tokens,
+                                     eos_token_id=eos_id)
+                lean_forwards = len(calls)
+                result = speculative_generate(tiny_llama, DraftModelDrafter(draft), ids, gamma=gamma,
+                                              max_new_tokens=max_new_tokens, eos_token_id=eos_id)
+                assert lean == result.new_token_list, (prompt, gamma, max_new_tokens, eos)
+                assert lean_forwards == len(result.trace.rounds), (prompt, gamma, max_new_tokens, eos)
+    finally:
+        hook.remove()

@@ -139,7 +139,7 @@ def test_a_result_of_several_rows_reads_per_row_and_refuses_the_one_row_fields()
     assert result.batch == 2 and result.tokens == [[1, 2, 3], [4, 5]]
     assert result.wall_time == 2.0 and result.tokens_per_second == pytest.approx(5 / 2.0)
     assert result.time_to_first_token() == [0.5, 0.5] and result.inter_token_latencies() == [[0.5], [1.5]]
-    assert result.accepted == [1, 0] and result.drafted == [2, 0] and result.rounds == [1, 1]
+    assert result.accepted == [1, 0] and result.drafted == [2, 0] and result.rounds == [2, 2]
     assert result.acceptance_rate() == [0.5, None]
     with pytest.raises(ConfigError, match="holds 2 rows"):
         result.new_token_list

@@ -5,7 +5,7 @@ Five ways to decode with the same target model and the same `SamplingConfig` (``
     autoregressive   our baseline: the target alone, one cached forward per token (`autoregressive_generate`)
     speculative      our speculative decoding with the pair's draft model, for each gamma (`speculative_generate`;
                      greedy verification, or exact rejection-sampling verification when sampling)
-    lean             greedy only: a minimal speculative loop written with plain transformers (`lean_generate`:
+    lean             greedy only: the minimal speculative loop in plain transformers (`specdec_lib.core.minimal`:
                      one `DynamicCache` per model, no trace, no checks), for each gamma. It decodes exactly like
                      ``speculative`` (the same rounds), so ``ours / lean`` is what the library's loop costs above
                      the bare algorithm (``over_lean`` in `specdec_lib.bench.report`)
@@ -41,13 +41,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from transformers import DynamicCache, PreTrainedModel
+from transformers import PreTrainedModel
 
 from ..decoders import autoregressive_generate
 from ..drafters import CrossTokenizerDrafter, CrossVocabularySamplingDrafter
 from ..core.drafting import Drafter
 from ..core.errors import ConfigError
-from ..core.forward import forward_keywords, unwrap_compiled
+from ..core.minimal import lean_generate
 from ..core.pair import ModelPair
 from ..core.sampling import GREEDY, SamplingConfig
 from ..core.validation import check_gamma
@@ -159,61 +159,10 @@ class SpeculativeCross(Speculative):
     name = SPECULATIVE_CROSS
 
 
-@torch.inference_mode()
-def lean_generate(
-    target: PreTrainedModel,
-    draft: PreTrainedModel,
-    input_ids: torch.Tensor,
-    *,
-    gamma: int,
-    max_new_tokens: int,
-    eos_token_id: int | None = None,
-) -> list[int]:
-    """Greedy speculative decoding in plain transformers, the bare algorithm: the new tokens after ``input_ids``.
-
-    One `DynamicCache` per model; each round drafts ``k <= gamma`` tokens greedily with ``draft`` (its first
-    forward also feeds what its cache lacks), runs one ``target`` forward over [last token, drafts] keeping
-    ``k + 1`` rows of logits, accepts the drafts matching the target's argmax plus the target's own token, and
-    crops both caches past the first rejection. The last round drafts fewer so as to stop at exactly
-    ``max_new_tokens``; an ``eos_token_id`` anywhere in a round ends generation right after it (None: never).
-    Same tokens as `autoregressive_generate` (greedy); no trace, no input checks. The cache keyword of each
-    forward is read by `forward_keywords` (``cache`` in transformers 5.24, ``past_key_values`` before).
-    """
-    t_keyword = forward_keywords(type(unwrap_compiled(target))).cache
-    d_keyword = forward_keywords(type(unwrap_compiled(draft))).cache
-    t_cache, d_cache = DynamicCache(config=target.config), DynamicCache(config=draft.config)
-    device, prompt = input_ids.device, input_ids.shape[1]
-
-    def argmax(model, keyword, cache, ids: list[int] | torch.Tensor, keep: int) -> list[int]:  # last `keep` rows
-        ids = ids if isinstance(ids, torch.Tensor) else torch.tensor([ids], device=device)
-        return model(input_ids=ids, use_cache=True, logits_to_keep=keep, **{keyword: cache}).logits[0].argmax(-1).tolist()
-
-    seq = input_ids[0].tolist() + argmax(target, t_keyword, t_cache, input_ids, 1)
-    fed = 0  # the draft's cache holds seq[:fed]
-    while seq[-1] != eos_token_id and len(seq) - prompt < max_new_tokens:
-        k = min(gamma, max_new_tokens - (len(seq) - prompt) - 1)  # k drafts + 1 target token must fit
-        drafts, step = [], seq[fed:]
-        for _ in range(k):
-            drafts += argmax(draft, d_keyword, d_cache, step, 1)
-            step = drafts[-1:]
-        choice = argmax(target, t_keyword, t_cache, seq[-1:] + drafts, k + 1)
-        n = 0
-        while n < k and drafts[n] == choice[n]:
-            n += 1
-        new = drafts[:n] + choice[n : n + 1]
-        seq += new[: new.index(eos_token_id) + 1] if eos_token_id in new else new
-        if k > n:
-            t_cache.crop(n - k)  # the target's cache holds seq[:-1] again
-        fed = min(d_cache.get_seq_length(), len(seq) - 1)
-        if d_cache.get_seq_length() > fed:
-            d_cache.crop(fed - d_cache.get_seq_length())
-    return seq[prompt:]
-
-
 class Lean(Method):
     """The ``lean`` reference row (greedy only): `lean_generate` with the pair's draft model. Forward counts give
     its tokens per target forward; its acceptance columns stay blank (its rounds are ours: same drafts, same
-    verdicts), as its prefill forward verifies nothing, unlike transformers' first forward."""
+    verdicts)."""
 
     name, source, counts_rounds, counts_acceptance = LEAN, "forward counts", False, False
 

@@ -94,9 +94,10 @@ def profile_method(
 
 class TimedDrafter(WrappedDrafter):
     """A thin wrapper that times another drafter's public calls: seconds inside ``propose`` and ``accept`` (device
-    synchronized before and after each), and the number of ``propose`` calls (one per verification round).
+    synchronized before and after each), and the number of ``propose`` calls (one per round that may draft).
     ``calls`` keeps every proposal as ``(seconds, drafted tokens, first of its generation)``: the first proposal
-    after ``begin`` also reads the whole prompt, a prefill rather than a draft step. Every other call and attribute
+    that drafts also reads the whole prompt (a draft model's tokens, EAGLE's features of it), a prefill rather than
+    a draft step (earlier empty proposals count as first too). Every other call and attribute
     (``cache``, ``model``) is the wrapped drafter's."""
 
     def __init__(self, inner: Drafter, device: torch.device | str = "cpu") -> None:
@@ -124,7 +125,7 @@ class TimedDrafter(WrappedDrafter):
         draft = self.inner.propose(context, sampling, generator)
         synchronize(self.sync_device)
         self.calls.append((time.perf_counter() - start, len(draft), self._first))
-        self._first = False
+        self._first = self._first and len(draft) == 0  # until one drafts (a drafter reading the target waits a round)
         return draft
 
     def accept(self, context: Context) -> None:

@@ -258,7 +258,7 @@ class PreallocatedLayer(DynamicLayer):
         if tokens_to_remove > 0:
             raise ConfigError(
                 f"PreallocatedLayer.crop takes a negative count of tokens to remove, got {tokens_to_remove}. "
-                "Roll back with specdec_lib.core.forward.crop_cache(cache, length)."
+                "Roll back with specdec_lib.core.caches.crop_cache(cache, length)."
             )
         self.length = max(self.length - abs(tokens_to_remove), 0)
         if self.is_initialized:

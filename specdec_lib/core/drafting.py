@@ -2,10 +2,16 @@
 for one row, chains for a batch of rows, or a token tree). The drafters themselves live in `specdec_lib.drafters`.
 
 Drafting is separated from verification (as in transformers' candidate generators): the round engine
-(`specdec_lib.core.engine`) owns the target and the acceptance test, and talks to any drafter through a few calls:
+(`specdec_lib.core.engine`) owns the target and the acceptance test, and talks to any drafter through one set of
+hooks, each with a default that does nothing:
 
-    drafter.begin(context, max_length=N, target_vocab_size=V)    once per generation, after the prefill
+    hidden_layers                                                the target's hidden states `observe` receives
+                                                                 (transformers' hidden_states indices; empty: none)
+    drafter.begin(context, max_length=N, target_vocab_size=V)    once per generation, before the first round
+    verifier = drafter.verifier(rows)                            who runs the verification forward (default: the
+                                                                 target's own `CachedRows`)
     draft = drafter.propose(context, sampling, generator)        each round: up to context.budget[b] tokens per row
+    drafter.observe(output)                                      each round: what the target's forward computed
     drafter.accept(context)                                      each round: context.lengths are the committed lengths
     drafter.select(rows)                                         rows leaving the batch (batch drafters)
 
@@ -13,16 +19,12 @@ A `Context` shows the committed tokens of every row (``context.sequence``, ``con
 holds ``tokens [B, K]`` (a drafter for one row may return ``[k]``), the distribution each token was drawn from
 (``probs``, or None for point masses), the drafter's model forwards and, for a token tree, the parent of each node.
 
-What a drafter can do is declared, not discovered: ``batches`` (B > 1 rows), ``trees`` (token trees), and three
-ways of reading the *target's* work instead of running a model of its own (the draft-free drafters of notebook 05):
-
-- ``wants_target_hidden``: `observe_target` receives the target's hidden states at the committed positions
-  (Medusa heads and EAGLE draft from them): those of ``hidden_layers``, side by side (default: the last layer's,
-  after the final norm; an EAGLE-3-style layer reads a low, a middle and the last one);
-- ``reads_target``: `observe_target` receives the target's logits after every forward (Jacobi decoding guesses
-  from them);
-- ``shares_target_cache``: the engine lends the drafter the target's own KV cache (`attach_target`) and lets it run
-  the verification forward (`target_forward`); self-speculative early exit drafts with the target's first layers.
+The first round reads the prompts (the prefill) and drafts nothing; `observe` then shows a drafter that drafts from
+the target's work what it computed (Medusa heads and EAGLE read the target's hidden states at ``hidden_layers``;
+Jacobi decoding guesses from its logits), and such a drafter returns an empty draft while it has observed nothing.
+Self-speculative early exit, whose drafting writes into the target's own KV cache, returns its own `verifier` (the
+target's cache, its own forward).
+What a drafter can draft is declared: ``batches`` (B > 1 rows) and ``trees`` (token trees).
 
 The contract that matters most: **a drafter reports the distribution it actually drew each token from**
 (``Draft.probs``). Exact speculative sampling accepts a draft token x with probability ``min(1, p(x) / q(x))``;
@@ -143,35 +145,44 @@ class Draft:
 
 
 class Drafter(ABC):
-    """Base class of every drafter (module docstring). Subclasses implement `propose`; the other calls default to
+    """Base class of every drafter (module docstring). Subclasses implement `propose`; every other hook defaults to
     doing nothing.
 
     ``name`` goes into the result's method string; ``device`` is where the drafter computes (None for drafters
-    that run no model, such as prompt lookup). ``proposes_target_ids``: every proposed id is one the target can read
-    by construction (copied from the sequence, or an argmax or sample over at most the target's V logits), so the
-    engine skips its range check of the draft ids (a host synchronisation per round on a GPU).
+    that run no model, such as prompt lookup); ``batches``, ``trees``: the shapes it drafts besides one chain;
+    ``hidden_layers``: the target's hidden states `observe` receives, side by side (transformers' ``hidden_states``
+    indices: -1 is the last layer's after the final norm, what Medusa heads and EAGLE-1 read; an EAGLE-3-style layer
+    reads a low, a middle and the last one). Empty: none, and the target's forward computes none.
     """
 
     name: str = "drafter"
     device: torch.device | None = None
     batches: bool = False
     trees: bool = False
-    wants_target_hidden: bool = False
-    hidden_layers: tuple[int, ...] = (-1,)  # transformers' hidden_states indices `observe_target` receives
-    reads_target: bool = False
-    shares_target_cache: bool = False
-    proposes_target_ids: bool = False
+    hidden_layers: tuple[int, ...] = ()
 
     def begin(self, context: Context, *, max_length: int | None = None, target_vocab_size: int | None = None) -> None:
-        """A new generation, its prompts and first tokens in ``context``: reset all state. ``max_length``: the most
-        positions a row will reach, to size buffers by; ``target_vocab_size``: the width V of the target's logits,
-        the ids ``Draft.probs`` rows cover (None: unknown, the drafter's own)."""
+        """A new generation, its prompts in ``context``: reset all state. ``max_length``: the most positions a row
+        will reach, to size buffers by; ``target_vocab_size``: the width V of the target's logits, the ids
+        ``Draft.probs`` rows cover (None: unknown, the drafter's own)."""
+
+    def verifier(self, rows):
+        """What runs this generation's verification forwards: ``rows`` (the target's `CachedRows`) by default. A
+        drafter that drafts into the target's own cache (early exit) keeps ``rows.cache`` and returns an object with
+        the same ``forward(input_ids, valid, *, logits_to_keep, tree, hidden) -> (logits, hidden states)``, whose
+        logits equal the full target forward's."""
+        return rows
 
     @abstractmethod
     def propose(self, context: Context, sampling: SamplingConfig, generator: torch.Generator | None) -> Draft:
         """Up to ``context.budget[b]`` tokens continuing each row (or a tree of ``context.tree``). Greedy
         ``sampling``: argmax tokens with ``probs=None``; otherwise draw each token with ``generator`` from
-        ``logits_to_probs(logits, sampling)`` and return exactly those rows as ``probs`` (`sampling.draw` does both)."""
+        ``logits_to_probs(logits, sampling)`` and return exactly those rows as ``probs`` (`sampling.draw` does both).
+        A drafter with nothing to draft from yet (the first round, for one that reads the target) returns
+        `Draft.empty`."""
+
+    def observe(self, output: "TargetOutput") -> None:
+        """What the target computed in this round's forward (after every round, before `accept`)."""
 
     def accept(self, context: Context) -> None:
         """The rows now have ``context.lengths`` committed tokens (after a tree round, ``context.path`` holds the
@@ -181,31 +192,28 @@ class Drafter(ABC):
     def select(self, rows: torch.Tensor) -> None:
         """Only the rows ``rows: LongTensor[B']`` (batch indices, in order) go on (the others finished)."""
 
-    def observe_target(self, output: "TargetOutput") -> None:
-        """(``wants_target_hidden`` or ``reads_target``) What the target computed in its last forward (one row),
-        called after the prefill and after every verification, before `accept`."""
-        raise NotImplementedError(f"{type(self).__name__} reads the target's output but has no observe_target().")
 
-    def attach_target(self, target_rows) -> None:
-        """(``shares_target_cache``) The target's `CachedRows` for this generation, before `begin`."""
-        raise NotImplementedError(f"{type(self).__name__} shares the target's cache but has no attach_target().")
+class TargetAlone(Drafter):
+    """The target by itself: a drafter that proposes nothing, so that every round is one ordinary target step (the
+    engine asks it for no tokens: its budget is 0)."""
 
-    def target_forward(self, step_input: torch.Tensor, logits_to_keep: int) -> torch.Tensor:
-        """(``shares_target_cache``) The verification forward: float32 logits ``[1, logits_to_keep, V]`` for
-        ``step_input: LongTensor[1, 1 + k']`` (the last committed token and the drafts), appended to the target's
-        cache in every layer, exactly what the full target forward would give."""
-        raise NotImplementedError(f"{type(self).__name__} shares the target's cache but has no target_forward().")
+    name = "target-alone"
+    batches = True
+
+    def propose(self, context: Context, sampling: SamplingConfig, generator: torch.Generator | None) -> Draft:
+        return Draft.empty(context.batch, context.tokens.device)
 
 
 @dataclass
 class TargetOutput:
-    """What the target computed in one forward, for drafters that read it (one row).
+    """What the target computed in one round's forward, for drafters that read it (the first row's: drafters that
+    read the target draft for one row).
 
-    ``logits: [T, V]``: the forward's rows (the prefill keeps only its last position); ``hidden: [n, H * D] |
-    None``: the hidden states of the drafter's H ``hidden_layers`` (default: the last layer's, normed) at the n
-    inputs whose outputs were kept (every prompt position after the prefill; after a round that kept ``a`` drafts,
-    the last committed token and those ``a``), None unless the drafter ``wants_target_hidden``; ``accepted``: the
-    drafts the target accepted (0 for the prefill)."""
+    ``logits: [1 + K, V]``: the forward's rows for the last committed token and the K drafts (float32);
+    ``hidden: [n, H * D] | None``: the hidden states of the drafter's H ``hidden_layers`` at the n inputs the
+    target's cache now keeps (the first round: every prompt position and the accepted drafts; later rounds: the
+    last committed token and the accepted drafts), None when ``hidden_layers`` is empty; ``accepted``: the drafts
+    the target accepted."""
 
     logits: torch.Tensor
     hidden: torch.Tensor | None
@@ -213,45 +221,39 @@ class TargetOutput:
 
 
 class WrappedDrafter(Drafter):
-    """A drafter that passes every call through to ``inner`` (subclasses override the calls they watch: the
-    notebooks' round recorder, the benchmark's timer, an adaptive schedule). The capabilities pass through too, and
-    any other attribute (``cache``, ``model``) is the inner drafter's."""
+    """A drafter that passes every hook through to ``inner`` (subclasses override the hooks they watch: the
+    notebooks' round recorder, the benchmark's timer, an adaptive schedule). Its declarations are the inner
+    drafter's, and any other attribute (``cache``, ``model``) is read from it."""
 
     def __init__(self, inner: Drafter) -> None:
         self.inner = inner
+
+    def _declared(attribute: str):  # noqa: N805 (a helper of the class body, not a method)
+        return property(lambda self: getattr(self.inner, attribute, getattr(Drafter, attribute)))
+
+    name, device, batches, trees, hidden_layers = map(_declared, ("name", "device", "batches", "trees",  # type: ignore[assignment]
+                                                                  "hidden_layers"))
+    del _declared
 
     def __getattr__(self, attribute: str):  # only called for attributes the wrapper itself lacks
         if attribute == "inner":
             raise AttributeError(attribute)
         return getattr(self.inner, attribute)
 
-    name = property(lambda self: getattr(self.inner, "name", type(self.inner).__name__))  # type: ignore[assignment]
-    device = property(lambda self: getattr(self.inner, "device", None))  # type: ignore[assignment]
-    batches = property(lambda self: self.inner.batches)  # type: ignore[assignment]
-    trees = property(lambda self: self.inner.trees)  # type: ignore[assignment]
-    wants_target_hidden = property(lambda self: self.inner.wants_target_hidden)  # type: ignore[assignment]
-    hidden_layers = property(lambda self: self.inner.hidden_layers)  # type: ignore[assignment]
-    reads_target = property(lambda self: self.inner.reads_target)  # type: ignore[assignment]
-    shares_target_cache = property(lambda self: self.inner.shares_target_cache)  # type: ignore[assignment]
-    proposes_target_ids = property(lambda self: self.inner.proposes_target_ids)  # type: ignore[assignment]
-
     def begin(self, context: Context, **limits) -> None:
         self.inner.begin(context, **limits)
 
+    def verifier(self, rows):
+        return self.inner.verifier(rows)
+
     def propose(self, context: Context, sampling: SamplingConfig, generator: torch.Generator | None) -> Draft:
         return self.inner.propose(context, sampling, generator)
+
+    def observe(self, output: TargetOutput) -> None:
+        self.inner.observe(output)
 
     def accept(self, context: Context) -> None:
         self.inner.accept(context)
 
     def select(self, rows: torch.Tensor) -> None:
         self.inner.select(rows)
-
-    def observe_target(self, output: TargetOutput) -> None:
-        self.inner.observe_target(output)
-
-    def attach_target(self, target_rows) -> None:
-        self.inner.attach_target(target_rows)
-
-    def target_forward(self, step_input: torch.Tensor, logits_to_keep: int) -> torch.Tensor:
-        return self.inner.target_forward(step_input, logits_to_keep)

@@ -177,8 +177,9 @@ def token_gaps(logits: torch.Tensor, tokens: torch.Tensor, dtype: torch.dtype) -
 
 @dataclass(frozen=True)
 class ReplayedRound:
-    """One verification forward of a generation, run again: it read ``inputs`` (``[x_L, d_1 .. d_k]``) and
-    produced ``logits: [k + 1, V]``; its ``emitted`` tokens start at new token ``first``."""
+    """One verification forward of a generation, run again: it read ``inputs`` (what the target's cache lacked, the
+    prompt in the first round and ``x_L`` after it, then the drafts ``d_1 .. d_k``) and produced ``logits: [k + 1,
+    V]``; its ``emitted`` tokens start at new token ``first``."""
 
     first: int
     inputs: list[int]
@@ -213,9 +214,9 @@ def _replayable(result: GenerationResult) -> bool:
 
 def replay_verification(target: PreTrainedModel, result: GenerationResult) -> Replay:
     """Run the target's forwards of a one-row greedy chain generation (the target alone, or speculative with any
-    drafter) again, in the shapes the round engine ran them: a prefill of the prompt, then per round one forward
-    over ``[x_L, d_1 .. d_k]`` (the trace's ``draft_tokens``) on a dynamic KV cache rolled back to the committed
-    tokens. On a deterministic device these are the logits the generation computed, bit for bit, in any dtype, so
+    drafter) again, in the shapes the round engine ran them: per round one forward over what the cache lacks (the
+    prompt in the first round, ``x_L`` after it) and the round's drafts (the trace's ``draft_tokens``), on a dynamic
+    KV cache rolled back to the committed tokens. On a deterministic device these are the logits the generation computed, bit for bit, in any dtype, so
     every emitted token must be their argmax; `Replay.violations` lists those that are not (a bug, whatever the
     dtype). Token trees, batches and runs without a KV cache are refused: their forwards read tree masks, other rows
     or the whole sequence. A drafter that runs the verification itself in layer slices (early exit, which shares
@@ -235,18 +236,15 @@ def replay_verification(target: PreTrainedModel, result: GenerationResult) -> Re
     replayed, violations, committed = [], [], start
     with torch.inference_mode():
         for index, record in enumerate(rounds):
-            if index == 0:
-                inputs, logits = ids[:start], rows.forward(ids[None, :start], logits_to_keep=1)[0][0]
-            else:
-                inputs = torch.cat([ids[committed - 1:committed],
-                                    torch.tensor(record.draft_tokens, dtype=torch.long, device=ids.device)])
-                logits = rows.forward(inputs[None], logits_to_keep=inputs.numel())[0][0]
+            fed = ids[:start] if index == 0 else ids[committed - 1:committed]  # what the cache lacks
+            drafts = torch.tensor(record.draft_tokens, dtype=torch.long, device=ids.device)
+            inputs = torch.cat([fed, drafts])
+            logits = rows.forward(inputs[None], logits_to_keep=1 + drafts.numel())[0][0]  # [k + 1, V]
             emitted = ids[committed:committed + record.emitted]
             choice = logits[:record.emitted].argmax(dim=-1)
             for row in (emitted != choice).nonzero()[:, 0].tolist():
                 violations.append((committed - start + row, int(emitted[row]), int(choice[row])))
-            replayed.append(ReplayedRound(committed - start, inputs.tolist() if index else [], logits,
-                                          emitted.tolist()))
+            replayed.append(ReplayedRound(committed - start, inputs.tolist(), logits, emitted.tolist()))
             committed += record.emitted
             rows.truncate([committed - 1])
     return Replay(replayed, violations)
@@ -263,8 +261,8 @@ def _verification_margin(target: PreTrainedModel, candidate: _Output, position: 
         replayed, row = replay.round_of(position)
         logits = replayed.logits[row]
         width = len(replayed.inputs)
-        shape = (f"its verification forward ({width} token{'' if width == 1 else 's'}, replayed)" if width else
-                 "its prefill (replayed)")
+        shape = ("its prefill (replayed)" if replayed.first == 0 else
+                 f"its verification forward ({width} token{'' if width == 1 else 's'}, replayed)")
     else:
         at = candidate.prompt_length + position - 1  # x_L: the last token before the fork
         rows = CachedRows(target)

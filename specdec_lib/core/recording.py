@@ -5,7 +5,7 @@ memory lives here. Host synchronisations (what a GPU waits for) per round: one, 
 forward, so that drafting time and verifying time can be told apart; the other clock reads follow the read-back of
 the verdict, which already waited, so they do not wait again:
 
-    round_start                      the previous round's end (no clock read)
+    round_start                      the previous round's end (no clock read; the first round: the start)
     drafted()        wait + clock    drafting ends here (and the draft's KV cache is measured, with record_memory)
     verified()       clock           the verdict was read back: the target's forward and the decision are done
     round_done()     clock           rollback and the drafter's accept are counted in the next round's drafting
@@ -68,17 +68,6 @@ class Recorder:
             for name, allocated in peaks.items():
                 trace.note_kv_bytes(name, allocated)
 
-    def prefill_done(self, rows, rounds: Sequence[RowRound]) -> None:
-        """The prompts' forward gave each row its first token."""
-        at = self.now(wait=True)
-        if self.record_memory:
-            self._note_memory(rows, None)
-        for done in rounds:
-            trace = self.traces[done.row]
-            trace.add_round(RoundRecord(0, 0, done.emitted, 0.0, at, draft_forwards=0, kind="prefill"), at)
-            trace.prefill_time = at
-        self.round_start = at
-
     def drafted(self, drafter) -> None:
         """Drafting has ended: the round's one wait for the device."""
         if self.record_memory:
@@ -99,5 +88,8 @@ class Recorder:
         for done in rounds:
             record = RoundRecord(done.drafted, done.accepted, done.emitted, draft_time, verify_time,
                                  draft_forwards=draft_forwards, kind=done.kind, draft_tokens=done.draft_tokens)
-            self.traces[done.row].add_round(record, self.verified_at)
+            trace = self.traces[done.row]
+            if not trace.rounds:  # the first round read the prompt: its end is the time to the first token
+                trace.prefill_time = self.verified_at
+            trace.add_round(record, self.verified_at)
         self.round_start = end

@@ -109,7 +109,7 @@ class GenerationResult:
         return total / self.wall_time if total and self.wall_time > 0 else None
 
     def time_to_first_token(self) -> list[float | None]:
-        """Per row: seconds until its first new token (the prefill's)."""
+        """Per row: seconds until its first new token (round 1's, the prompt's forward)."""
         return [time_to_first_token(trace) for trace in self.traces]
 
     def inter_token_latencies(self) -> list[list[float]]:
@@ -132,8 +132,8 @@ class GenerationResult:
 
     @property
     def rounds(self) -> list[int]:
-        """Per row: target forwards after the prefill it took part in (plain steps included)."""
-        return [len(trace.rounds) - 1 for trace in self.traces]
+        """Per row: the target forwards it took part in, round 1 (the prompt's) included."""
+        return [len(trace.rounds) for trace in self.traces]
 
 
 def summarize(result: GenerationResult) -> dict[str, object]:

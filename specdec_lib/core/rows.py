@@ -9,8 +9,8 @@ the first rejected draft; in a batch every row keeps a different number. `Cached
                does (one row, or rows that never diverged), and the forward is then the plain causal one
     forward    append T slots per row; ``valid: BoolTensor[B, T]`` marks the real ones, the others are holes
     (prefill)  B copies of one prompt (n samples of it) are read once, and the keys and values copied to every row
-    truncate   row b keeps its first ``keep[b]`` real slots: the rollback past rejected drafts
-    keep_path  (one row) keep the first n slots, then only the chosen later ones: the rollback after a token tree
+    roll_back  row b keeps its first ``keep[b]`` real slots (`truncate`): the rollback past rejected drafts; after
+               a token tree (one row), the accepted path first moves next to the committed slots (`keep_path`)
     select     only some rows go on (finished rows leave the batch)
 
 **Slots and holes.** A *hole* is a slot whose mask is 0: left padding of a shorter prompt, a rejected draft, the
@@ -159,6 +159,14 @@ class CachedRows:
                                    logits_to_keep=logits_to_keep, hidden=hidden)
         repeat_rows(self.cache, batch)
         return logits.expand(batch, -1, -1).contiguous(), None if states is None else states.expand(batch, -1, -1)
+
+    def roll_back(self, keep: Sequence[int], tree_path: tuple[int, Sequence[int]] | None = None) -> None:
+        """After a round: row b keeps its first ``keep[b]`` real slots. ``tree_path=(first, slots)``: the round
+        verified a token tree (one row) and the accepted path's entries sit at ``slots`` between rejected
+        siblings: they move to ``first ..`` before the crop."""
+        if tree_path is not None:
+            self.keep_path(*tree_path)
+        self.truncate(keep)
 
     def truncate(self, keep: Sequence[int] | torch.Tensor) -> None:
         """Row b keeps its first ``keep[b]`` real slots; later ones become holes (nothing changes where it holds no

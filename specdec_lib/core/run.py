@@ -4,11 +4,12 @@
 `Run` holds, for the B rows of one generation:
 
     tokens     LongTensor[B0, capacity] on the target's device: row r's committed tokens are tokens[r, :lengths[r]]
-               (drafts are written after them before each verification forward, so for one row the target's input
-               is a view of this buffer)
     active     the rows still generating, in the order of the caches' batch dimension (rows keep their index r)
     budgets    per active row, how many tokens it may draft this round: k_b = min(gamma, remaining_b - 1,
-               positions left in the target's context); a token tree is cut to that depth
+               positions left in the target's context), 0 in the first round (the prefill); a token tree is cut to
+               that depth
+    step_input the verification forward's input: what the target's cache lacks of each row (the prompt in the
+               first round, the last committed token after it), then the row's drafts
     commit     reads the verdict back once, appends each row's accepted drafts and its recovered or bonus token,
                cut right after a stop id and never past max_new_tokens
     retire     finished rows leave the batch (and every state that holds rows)
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedModel
 
-from .drafting import Context, Draft, Drafter
+from .drafting import Context, Draft, Drafter, TargetAlone, TargetOutput
 from .errors import ConfigError
 from .recording import Recorder, RowRound
 from .result import ForwardRecord, GenerationResult
@@ -69,12 +70,15 @@ class Settings:
                         hint="None always speculates; N speculates only while at most N rows are active.")
 
 
-def check_draft_ids(tokens: torch.Tensor, readable: int) -> None:
-    """Refuse draft ids the target cannot read (its embedding lookup would fail deep inside torch). One number read
-    back from the device: skipped for drafters whose ids are the target's by construction (``proposes_target_ids``)."""
-    if tokens.numel() and int(tokens.max()) >= readable:
+def check_draft_ids(drafts: Sequence[Sequence[int]], readable: int) -> None:
+    """Refuse draft ids the target cannot read. The verification forward read them clamped into ``0 .. readable -
+    1`` (an id outside its embedding table would fail deep inside torch, or, on a GPU, poison the device), so this
+    check runs on the ids `Run.commit` reads back anyway, before anything is committed: no extra host
+    synchronisation."""
+    wrong = [token for row in drafts for token in row if not 0 <= token < readable]
+    if wrong:
         raise ConfigError(
-            f"The drafter proposed token id {int(tokens.max())}, outside the target's vocabulary of {readable}. "
+            f"The drafter proposed token id {wrong[0]}, outside the target's vocabulary of {readable}. "
             "Draft and target must share a tokenizer (see specdec_lib.core.vocab)."
         )
 
@@ -82,7 +86,7 @@ def check_draft_ids(tokens: torch.Tensor, readable: int) -> None:
 class Run:
     """The bookkeeping of one generation (module docstring); build it with `Run.start`, which checks the inputs."""
 
-    def __init__(self, target: PreTrainedModel, drafter: Drafter | None, prompts: list[torch.Tensor],
+    def __init__(self, target: PreTrainedModel, drafter: Drafter, prompts: list[torch.Tensor],
                  settings: Settings, stop_ids: frozenset[int], generator: torch.Generator | None,
                  record_memory: bool) -> None:
         self.target, self.drafter, self.settings = target, drafter, settings
@@ -91,9 +95,7 @@ class Run:
         self.prompt_lengths = [prompt.shape[1] for prompt in prompts]
         self.max_positions = context_length(target)
         self.target_vocab = target.get_output_embeddings().out_features  # V: the width of p and q
-        readable = target.get_input_embeddings().num_embeddings  # the ids the target's embedding table can read
-        self.readable_ids = readable
-        self.trusted_ids = drafter is not None and drafter.proposes_target_ids and self.target_vocab <= readable
+        self.readable_ids = target.get_input_embeddings().num_embeddings  # the ids its embedding table can read
         width = settings.tree.size if settings.tree is not None else settings.gamma  # slots one round may add
         longest = max(self.prompt_lengths) + settings.max_new_tokens
         self.max_length = min(longest + width + 1, self.max_positions)  # positions a row reaches (drafters size by it)
@@ -106,20 +108,20 @@ class Run:
         self.forwards: list[ForwardRecord] = []
         self.rounds: list[RowRound] = []  # what each active row did in the last forward
         self.path: tuple[int, ...] | None = None  # the accepted path of the last tree round
+        self.path_slots: tuple[int, list[int]] | None = None  # its cache slots, and the slot they move to
         self.recorder = Recorder(self.device, len(prompts), record_memory=record_memory)
 
     @classmethod
-    def start(cls, target: PreTrainedModel, drafter: Drafter | None, prompts: Sequence[torch.Tensor],
+    def start(cls, target: PreTrainedModel, drafter: Drafter, prompts: Sequence[torch.Tensor],
               settings: Settings, *, seed: int | None, eos_token_id, record_memory: bool = False) -> "Run":
         """Check everything before the first forward, then set the generation up."""
         settings.check()
         prompts = check_prompts(target, prompts, settings.max_new_tokens)
-        if drafter is not None:
-            check_drafter(drafter, batch=len(prompts), tree=settings.tree is not None)
-            check_same_device(target.device, getattr(drafter, "device", None))
-            if settings.tree is None:
-                check_count("gamma (the number of draft tokens per round)", settings.gamma, minimum=1,
-                            hint="Typical values are 2 to 8; use autoregressive_generate for plain decoding.")
+        check_drafter(drafter, batch=len(prompts), tree=settings.tree is not None)
+        check_same_device(target.device, getattr(drafter, "device", None))
+        if settings.tree is None and not isinstance(drafter, TargetAlone):
+            check_count("gamma (the number of draft tokens per round)", settings.gamma, minimum=1,
+                        hint="Typical values are 2 to 8; use autoregressive_generate for plain decoding.")
         if settings.cache_kind != "dynamic" and len(prompts) > 1:
             raise ConfigError(f"A {settings.cache_kind!r} cache holds one row; use cache_kind='dynamic' for a "
                               f"batch of {len(prompts)}.")
@@ -134,10 +136,10 @@ class Run:
         """The rows still generating."""
         return len(self.active)
 
-    def prompt_block(self) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The prefill's input: the prompts left-padded to ``[B, T]`` (`rows.left_pad`), and which tokens are real
-        (None: all of them)."""
-        return left_pad([self.tokens[row, :length] for row, length in enumerate(self.prompt_lengths)])
+    @property
+    def first_round(self) -> bool:
+        """Whether no target forward has run yet (the target's cache is empty: this round reads the prompts)."""
+        return not self.forwards
 
     def _budget(self, row: int) -> int:
         """k for ``row`` this round: drafts + the target's own token fit in what is left of max_new_tokens, and the
@@ -145,6 +147,8 @@ class Run:
         settings = self.settings
         if settings.disable_by_batch_size is not None and self.batch > settings.disable_by_batch_size:
             return 0
+        if self.first_round:
+            return 0  # the first round reads the prompts: the prefill, one token per row
         generated = self.lengths[row] - self.prompt_lengths[row]
         depth = settings.tree.depth if settings.tree is not None else settings.gamma
         return max(0, min(depth, settings.max_new_tokens - generated - 1, self.max_positions - self.lengths[row]))
@@ -188,45 +192,54 @@ class Run:
                               f"(one distribution over the target's ids per token) or be None, got {list(probs.shape)}.")
         if not is_whole(draft.forwards) or draft.forwards < 0:
             raise ConfigError(f"Draft.forwards must be an integer >= 0, got {draft.forwards!r}.")
-        tokens = tokens.to(self.device)
-        if not self.trusted_ids:
-            check_draft_ids(tokens, self.readable_ids)
-        return Draft(tokens, None if probs is None else probs.to(self.device), draft.forwards, lengths, draft.parents)
+        return Draft(tokens.to(self.device), None if probs is None else probs.to(self.device), draft.forwards, lengths,
+                     draft.parents)
 
-    def step_input(self, draft: Draft) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The verification forward's input ``[B, 1 + K]``: each row's last committed token, then its drafts (a
-        tree's nodes), and which are real (None: all). For one chain it is a view of the committed buffer, the
-        drafts written after the committed tokens."""
-        last = [self.lengths[row] - 1 for row in self.active]
-        if self.batch == 1 and draft.parents is None:
-            row, start, count = self.active[0], last[0] + 1, draft.lengths[0]
-            self.tokens[row, start : start + count] = draft.tokens[0, :count]
-            return self.tokens[row : row + 1, start - 1 : start + count], None
-        rows = torch.tensor(self.active, device=self.device)
-        step = torch.cat([self.tokens[rows, torch.tensor(last, device=self.device)][:, None], draft.tokens], dim=1)
-        if all(n == draft.tokens.shape[1] for n in draft.lengths):
-            return step, None
-        valid = torch.arange(step.shape[1], device=self.device) <= torch.tensor(draft.lengths, device=self.device)[:, None]
-        return step.masked_fill(~valid, PAD_ID), valid
+    def nothing(self) -> Draft:
+        """The draft of a round in which no row may draft (the target alone, or the budget's end)."""
+        return Draft.empty(self.batch, self.device)
 
-    def commit(self, draft: Draft, verdict: BatchVerdict | TreeVerdict, *, prefill: bool = False) -> list[bool]:
+    def step_input(self, draft: Draft) -> tuple[torch.Tensor, torch.Tensor | None, int]:
+        """The verification forward's input ``[B, W]``: per row, what the target's cache lacks of its committed
+        tokens (the whole prompt in the first round, the last committed token after it), left-padded so that every
+        row's last committed token shares one column, then the row's drafts (a tree's nodes), right-padded; which
+        inputs are real (None: all); and how many columns of logits the verdict needs (1 + K). Draft ids are read
+        clamped to the target's vocabulary (`check_draft_ids` refuses them at the commit)."""
+        fresh = [self.tokens[row, 0 if self.first_round else self.lengths[row] - 1 : self.lengths[row]]
+                 for row in self.active]
+        drafts = draft.tokens.clamp(0, self.readable_ids - 1)  # [B, K]
+        width = drafts.shape[1]
+        if self.batch == 1:
+            return torch.cat([fresh[0], drafts[0, : draft.lengths[0]]])[None], None, 1 + draft.lengths[0]
+        committed, real = left_pad(fresh)  # [B, C], [B, C] | None
+        drafted = torch.arange(width, device=self.device) < torch.tensor(draft.lengths, device=self.device)[:, None]
+        if real is None and bool(drafted.all()):
+            return torch.cat([committed, drafts], dim=1), None, 1 + width
+        real = torch.ones_like(committed, dtype=torch.bool) if real is None else real
+        valid = torch.cat([real, drafted], dim=1)  # [B, C + K]
+        return torch.cat([committed, drafts], dim=1).masked_fill(~valid, PAD_ID), valid, 1 + width
+
+    def commit(self, draft: Draft, verdict: BatchVerdict | TreeVerdict) -> list[bool]:
         """Append each row's accepted drafts and its recovered or bonus token (one read-back of the verdict), cut
         right after a stop id and never past max_new_tokens; returns which rows finished (aligned with `active`)."""
-        if isinstance(verdict, TreeVerdict):
+        if isinstance(verdict, TreeVerdict):  # one row; its nodes sit in the cache after x_L, at L, L + 1, ...
             self.path = verdict.path
+            start = self.lengths[self.active[0]]
+            self.path_slots = (start, [start + node for node in verdict.path])
             accepted, next_tokens = [len(verdict.path)], [verdict.next_token]
             drafts = [draft.tokens[0].tolist()]
             kept = [[drafts[0][node] for node in verdict.path]]
             bonus = [verdict.kind == "bonus"]
         else:
-            self.path = None
+            self.path = self.path_slots = None
             batch, width = draft.tokens.shape
             host = torch.cat([verdict.num_accepted, verdict.next_tokens, verdict.bonus.long(),
                               draft.tokens.flatten()]).tolist()  # one transfer for the whole round
             accepted, next_tokens, bonus = host[:batch], host[batch : 2 * batch], host[2 * batch : 3 * batch]
             drafts = [host[3 * batch + b * width : 3 * batch + (b + 1) * width][: draft.lengths[b]] for b in range(batch)]
             kept = [row[:n] for row, n in zip(drafts, accepted)]
-        in_buffer = self.batch == 1 and draft.parents is None  # `step_input` wrote one chain's drafts after it
+        check_draft_ids(drafts, self.readable_ids)
+        first = self.first_round
         self.rounds, finished = [], []
         for index, row in enumerate(self.active):
             left = self.settings.max_new_tokens - (self.lengths[row] - self.prompt_lengths[row])
@@ -235,13 +248,10 @@ class Run:
             if stop is not None:
                 new = new[: stop + 1]
             start = self.lengths[row]
-            if not in_buffer:
-                self.tokens[row, start : start + len(new)] = torch.tensor(new, device=self.device)
-            elif len(new) > accepted[index]:  # the accepted drafts are in place: only the target's token is new
-                self.tokens[row, start + accepted[index]] = next_tokens[index]
+            self.tokens[row, start : start + len(new)] = torch.tensor(new, device=self.device)
             self.lengths[row] += len(new)
-            kind = ("prefill" if prefill else "target" if not drafts[index]
-                    else "bonus" if bonus[index] else "recovered")
+            kind = ("recovered" if drafts[index] and not bonus[index] else "bonus" if drafts[index]
+                    else "prefill" if first else "target")
             self.rounds.append(RowRound(row, len(drafts[index]), accepted[index], len(new), kind, tuple(drafts[index])))
             finished.append(stop is not None or len(new) == left)
         self.forwards.append(ForwardRecord(self.batch, sum(len(row) for row in drafts)))
@@ -250,6 +260,14 @@ class Run:
     def cache_keep(self) -> list[int]:
         """Per active row, what the target's cache keeps: the committed tokens but the last (fed next round)."""
         return [self.lengths[row] - 1 for row in self.active]
+
+    def target_output(self, logits: torch.Tensor, states: torch.Tensor | None) -> TargetOutput:
+        """What the drafter may read of this round's forward (`TargetOutput`): the first row's logits ``[1 + K,
+        V]`` and its hidden states at the inputs the cache keeps (the committed ones fed this round, then the
+        accepted drafts)."""
+        done = self.rounds[0]
+        committed = self.prompt_lengths[done.row] if len(self.forwards) == 1 else 1  # fed before the drafts
+        return TargetOutput(logits[0], None if states is None else states[0, : committed + done.accepted], done.accepted)
 
     def retire(self, finished: list[bool], *states) -> None:
         """Drop the finished rows from `active` and from every state holding rows (a `CachedRows`, a drafter)."""

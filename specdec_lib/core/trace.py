@@ -2,8 +2,8 @@
 
 Vocabulary (used the same way in code, notebooks and plots):
 
-- a **round** is one forward of the *target* model. The prefill (the prompt's forward, which yields the first
-  new token) is round 1. In the baseline every round emits exactly one token; in speculative decoding a round
+- a **round** is one forward of the *target* model. Round 1, the prefill, reads the prompt and yields the first
+  new token. In the baseline every round emits exactly one token; in speculative decoding a round
   verifies ``drafted`` tokens, ``accepted`` of them survive, and the round appends ``emitted`` tokens
   (the accepted ones plus one recovered or bonus token from the target).
 - **token times** are seconds since the start of generation at which each new token became available.
@@ -62,7 +62,7 @@ class Trace:
     start_time: float  # time.perf_counter() when generation started (after a device synchronize)
     token_times: list[float] = field(default_factory=list)  # [N] seconds since start, one per new token
     rounds: list[RoundRecord] = field(default_factory=list)  # one per target forward, prefill included
-    prefill_time: float = 0.0  # seconds of the prefill round (prompt forward + first token)
+    prefill_time: float = 0.0  # seconds until round 1 (the prompt's forward) gave the first token
     peak_kv_bytes: dict[str, int] = field(default_factory=dict)  # e.g. {"target": ..., "draft": ...}: KV-cache peak
 
     def note_kv_bytes(self, name: str, allocated: int) -> None:

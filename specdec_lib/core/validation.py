@@ -158,8 +158,3 @@ def check_drafter(drafter: object, *, batch: int, tree: bool) -> None:
     if tree and not getattr(drafter, "trees", False):
         raise ConfigError(f"{name} cannot draft token trees. Draft a tree with DraftModelDrafter, or draft a chain "
                           "(speculative_generate).")
-    if getattr(drafter, "wants_target_hidden", False) and getattr(drafter, "shares_target_cache", False):
-        raise ConfigError(
-            f"{name} sets both wants_target_hidden and shares_target_cache: a drafter that runs the verification "
-            "forward itself (shares_target_cache) already sees the target's hidden states."
-        )

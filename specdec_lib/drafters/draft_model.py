@@ -52,7 +52,6 @@ class DraftModelDrafter(Drafter):
     name = "draft-model"
     batches = True
     trees = True
-    proposes_target_ids = True  # its logits are cut to the ids both models have before argmax or sampling
 
     def __init__(
         self,

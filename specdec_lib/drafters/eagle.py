@@ -15,7 +15,7 @@ target frozen. The final RMSNorm (initialised from the target's) keeps the predi
 post-norm feature space; EAGLE-1 has none there.
 
 Drafting, with the committed sequence ``x_1 .. x_L``: the target has reported the features of positions
-``1 .. L-1`` (`observe_target`), so the pairs ``(h_i, x_{i+1})`` are known for ``i <= L-1``. The drafter keeps its
+``1 .. L-1`` (`observe`), so the pairs ``(h_i, x_{i+1})`` are known for ``i <= L-1``. The drafter keeps its
 own KV cache over those *true* pairs, feeds the new ones in one forward, and its output at position ``L-1`` is
 ``h^_L`` -> ``d_1``. Then it autoregresses on its *own* features: the pair ``(h^_L, d_1)`` -> ``h^_{L+1}`` -> ``d_2``,
 and so on: k drafts cost k forwards of one layer. `accept` crops the cache back to the true pairs (the drafted
@@ -171,8 +171,6 @@ class EagleDrafter(Drafter):
     """
 
     name = "eagle"
-    proposes_target_ids = True  # argmax or samples over the target's own LM head
-    wants_target_hidden = True
 
     def __init__(self, module: EagleModule) -> None:
         self.module = module
@@ -206,7 +204,7 @@ class EagleDrafter(Drafter):
         """The target's hidden states the layer reads (`EagleModule.feature_layers`)."""
         return self.module.feature_layers
 
-    def observe_target(self, output: TargetOutput) -> None:
+    def observe(self, output: TargetOutput) -> None:
         """Queue the target's hidden states ``output.hidden: [n, H * D]`` of the next n positions (fed at the next
         `propose`)."""
         self._pending.append(output.hidden)
@@ -217,11 +215,13 @@ class EagleDrafter(Drafter):
         """Up to ``context.k`` drafts after the committed sequence: feed the new true pairs, then autoregress."""
         sequence, k = context.sequence, context.k
         length = sequence.shape[1]
+        if self.runner is not None and self._observed == 0:  # the first round: the target has computed nothing yet
+            return Draft.empty(1, self.device)
         if self.runner is None or self._observed != length - 1:
             raise ConfigError(
                 f"EagleDrafter drafts from the target's hidden states, which cover {self._observed} positions, but "
                 f"the sequence has {length} tokens (they must cover all but the last). Run it through "
-                "speculative_generate, which calls observe_target after every target forward."
+                "speculative_generate, which calls observe after every target forward."
             )
         if k == 0:
             return Draft.empty(1, self.device)
@@ -246,7 +246,7 @@ class EagleDrafter(Drafter):
 
     def accept(self, context: Context) -> None:
         """Drop the drafted pairs: keep the true ones (the target's features of the accepted drafts arrive through
-        `observe_target` and are fed at the next `propose`)."""
+        `observe` and are fed at the next `propose`)."""
         if self.runner is not None:
             self.runner.crop(self._fed)
 

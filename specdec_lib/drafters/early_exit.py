@@ -16,9 +16,10 @@ starting from the shallow hidden states the drafting already computed:
 
 A round therefore costs k + 1 shallow passes and one pass of the remaining L - E layers over k + 1 tokens, where
 transformers' ``assistant_early_exit`` (which shares only the weights) also re-runs layers 1..E on the drafts
-during verification and keeps a separate cache for the draft. The drafter plugs into the round engine through the
-``shares_target_cache`` capability (`specdec_lib.core.drafting`): the engine lends it the target's cache and lets
-it run the verification forward (`target_forward`), whose logits equal the full model's.
+during verification and keeps a separate cache for the draft. The drafter plugs into the round engine through its
+``verifier`` hook (`specdec_lib.core.drafting`): it keeps the target's cache and runs the verification forward
+itself (`forward`), whose logits equal the full model's. The first round, whose forward reads the prompt, drafts
+nothing: the shallow layers have no cache to draft from yet.
 """
 
 import torch
@@ -41,8 +42,6 @@ class EarlyExitDrafter(Drafter):
     """
 
     name = "early-exit"
-    proposes_target_ids = True  # argmax or samples over the target's own LM head
-    shares_target_cache = True
 
     def __init__(self, target: PreTrainedModel, exit_layer: int | None = None) -> None:
         layers = num_layers(target)
@@ -66,9 +65,11 @@ class EarlyExitDrafter(Drafter):
     def device(self) -> torch.device:  # type: ignore[override]
         return self.target.device
 
-    def attach_target(self, target_rows) -> None:
-        """The target's `CachedRows` for this generation: its cache is the one this drafter drafts into."""
-        self._cache = target_rows.cache
+    def verifier(self, rows) -> "EarlyExitDrafter":
+        """The target's `CachedRows` for this generation: its cache is the one this drafter drafts into, and the
+        drafter runs the verification forward (`forward`)."""
+        self._cache = rows.cache
+        return self
 
     def begin(self, context: Context, *, max_length: int | None = None, target_vocab_size: int | None = None) -> None:
         self._shallow = []
@@ -77,7 +78,7 @@ class EarlyExitDrafter(Drafter):
         if self._cache is None:
             raise ConfigError(
                 "EarlyExitDrafter drafts into the target's own KV cache: run it through speculative_generate, "
-                "which lends it the cache (attach_target) before the first round."
+                "which lends it the cache (its verifier hook) before the first round."
             )
         return self._cache
 
@@ -88,11 +89,13 @@ class EarlyExitDrafter(Drafter):
         cache = self._require_cache()
         sequence, k = context.sequence, context.k
         committed = sequence.shape[1] - 1
+        if cache.get_seq_length(0) == 0:  # the first round: the prompt's forward has not filled the cache yet
+            return Draft.empty(1, self.device)
         if not cache.get_seq_length(0) == cache.get_seq_length(self.exit_layer) == committed:
             raise ConfigError(
                 f"The shared cache holds {cache.get_seq_length(0)} tokens in the shallow layers and "
                 f"{cache.get_seq_length(self.exit_layer)} in the deep ones, but the sequence has {committed + 1} "
-                "(expected one fewer in every layer). Each propose() must be followed by the target_forward() "
+                "(expected one fewer in every layer). Each propose() must be followed by the forward() "
                 "that verifies it."
             )
         token = sequence[:, -1:]  # [1, 1]
@@ -109,11 +112,15 @@ class EarlyExitDrafter(Drafter):
             return Draft.empty(1, self.device)
         return Draft(tokens=torch.cat(tokens, dim=1)[0], probs=torch.stack(rows) if rows else None, forwards=k)
 
-    def target_forward(self, step_input: torch.Tensor, logits_to_keep: int) -> torch.Tensor:
-        """Verify ``step_input: LongTensor[1, 1 + k']`` (last committed token + drafts): layers ``1 .. E`` only on
-        the inputs drafting has not fed (``d_k``; all of them when nothing was drafted), then layers
-        ``E + 1 .. L`` on every input from its layer-E state. Returns float32 logits ``[1, logits_to_keep, V]``,
-        equal to the full target forward's."""
+    def forward(self, step_input: torch.Tensor, valid: torch.Tensor | None = None, *, logits_to_keep: int,
+                tree=None, hidden=None) -> tuple[torch.Tensor, None]:
+        """The verification forward of ``step_input: LongTensor[1, T]`` (what the cache lacks, then the drafts):
+        layers ``1 .. E`` only on the inputs drafting has not fed (``d_k``; all of them when nothing was drafted),
+        then layers ``E + 1 .. L`` on every input from its layer-E state. Returns float32 logits ``[1,
+        logits_to_keep, V]``, equal to the full target forward's, and no hidden states (one row, a chain: ``valid``,
+        ``tree`` and ``hidden`` are None)."""
+        if valid is not None or tree is not None or hidden is not None:
+            raise ConfigError("EarlyExitDrafter verifies one row's chain of drafts: no batch, tree or hidden states.")
         cache = self._require_cache()
         fed = cache.get_seq_length(0) - cache.get_seq_length(self.exit_layer)  # inputs already through 1..E
         if fed != len(self._shallow) or fed > step_input.shape[1]:
@@ -126,5 +133,5 @@ class EarlyExitDrafter(Drafter):
             shallow = shallow + [run_layers(self.target, embed(self.target, step_input[:, fed:]), cache, 0,
                                             self.exit_layer)]
         self._shallow = []
-        hidden = run_layers(self.target, torch.cat(shallow, dim=1), cache, self.exit_layer, self.num_layers)
-        return lm_head_logits(self.target, hidden[:, -logits_to_keep:])  # [1, logits_to_keep, V]
+        deep = run_layers(self.target, torch.cat(shallow, dim=1), cache, self.exit_layer, self.num_layers)
+        return lm_head_logits(self.target, deep[:, -logits_to_keep:]), None  # [1, logits_to_keep, V]

@@ -7,7 +7,7 @@ crash (the shapes may well match, as for the embedded draft model, 192 wide with
 would just silently stop working. So every such folder records the target's fingerprint, and loading refuses a
 target whose fingerprint differs, saying which model the weights were trained for and how to retrain them.
 
-A folder holds three files (the model cards add a ``README.md`` and a ``training_report.json``):
+A folder holds two files (the model cards add a ``README.md`` and a ``training_report.json``):
 
     config.json          {"kind": ..., "architecture": {...}, "target": fingerprint}
     model.safetensors    the drafter's own weights only, float16 (the target's are not repeated)

@@ -7,11 +7,11 @@ through the LM head. Head j (j = 1 .. K) maps the *same* ``h_t`` to a guess of `
 
 The LM head is the target's own, shared and frozen (not copied), so K heads add only ``K (D^2 + D)`` weights
 (``2 K (D^2 + D)`` bytes in float16; the shared LM head alone has ``V D``). Drafting costs no model forward at all:
-the hidden state comes with the target's verification forward (``wants_target_hidden``), and the heads are K small
+the hidden state comes with the target's verification forward (its ``hidden_layers``), and the heads are K small
 matrix products plus the LM head on K rows.
 
 One round, the committed sequence ``x_1 .. x_L``: the last hidden state the target reported, row ``n - 1`` of
-`observe_target`, is ``h_{L-1}``, the one whose LM-head output was the last committed token ``x_L`` (the bonus
+`observe`, is ``h_{L-1}``, the one whose LM-head output was the last committed token ``x_L`` (the bonus
 or correction token). Heads 1 .. min(k, K) on it propose ``d_1 .. d_k`` for ``x_{L+1} .. x_{L+k}``.
 
 Sampling stays exact although head j ignores the drafts before it: exact verification needs each ``d_j`` to be
@@ -33,6 +33,7 @@ from torch import nn
 from transformers import PreTrainedModel
 
 from ..core.errors import ConfigError
+from ..core.forward import LAST_HIDDEN
 from ..core.paths import data_dir
 from ..core.drafting import Context, Draft, Drafter, TargetOutput
 from ..core.sampling import SamplingConfig, draw
@@ -81,8 +82,7 @@ class HeadsDrafter(Drafter):
     """
 
     name = "medusa-heads"
-    proposes_target_ids = True  # argmax or samples over the target's own LM head
-    wants_target_hidden = True
+    hidden_layers = LAST_HIDDEN  # the last layer's output after the final norm
 
     def __init__(self, heads: MedusaHeads, target: PreTrainedModel) -> None:
         self.heads = heads
@@ -108,7 +108,7 @@ class HeadsDrafter(Drafter):
         """Forget the last generation's hidden state (the heads need no buffers)."""
         self._last, self._observed = None, 0
 
-    def observe_target(self, output: TargetOutput) -> None:
+    def observe(self, output: TargetOutput) -> None:
         """Keep the last row of ``output.hidden: [n, D]``: the state whose LM-head output is the newest committed
         token."""
         self._last = output.hidden[-1]
@@ -118,11 +118,13 @@ class HeadsDrafter(Drafter):
     def propose(self, context: Context, sampling: SamplingConfig, generator: torch.Generator | None) -> Draft:
         """Heads 1 .. min(k, K) on ``h_{L-1}`` propose ``x_{L+1} ..`` after the committed ``x_1 .. x_L``."""
         length = context.sequence.shape[1]
-        if self._last is None or self._observed != length - 1:
+        if self._observed == 0:  # the first round: the target has computed nothing yet
+            return Draft.empty(1, self.device)
+        if self._observed != length - 1:
             raise ConfigError(
                 f"HeadsDrafter drafts from the target's hidden states, which cover {self._observed} positions, but "
                 f"the sequence has {length} tokens (they must cover all but the last). Run it through "
-                "speculative_generate, which calls observe_target after every target forward."
+                "speculative_generate, which calls observe after every target forward."
             )
         count = min(context.k, self.heads.num_heads)
         if count == 0:

@@ -17,7 +17,7 @@ Committing the converged prefix after each iteration is *greedy verification wit
 draft*: the round engine's ``verify_greedy`` accepts the guesses that equal the target's choice and appends the
 target's own next token, so the output is token-identical to greedy decoding, the target runs once per iteration,
 and there is no draft model: the "draft" is the target's own last forward, which this drafter reads
-(``reads_target``). That is how draft-free parallel decoding relates to speculative decoding, and how it differs:
+(`observe`). That is how draft-free parallel decoding relates to speculative decoding, and how it differs:
 nothing cheap proposes, the expensive model guesses for itself.
 """
 
@@ -35,8 +35,6 @@ class JacobiDrafter(Drafter):
     k with the last committed token (the initial guess of a new position). Greedy only, one row."""
 
     name = "jacobi"
-    reads_target = True
-    proposes_target_ids = True  # argmaxes of the target's own logits, or committed tokens
 
     def __init__(self) -> None:
         self.guess = torch.empty(0, dtype=torch.long)  # LongTensor[<= k]: the current iterate
@@ -44,9 +42,9 @@ class JacobiDrafter(Drafter):
     def begin(self, context: Context, *, max_length: int | None = None, target_vocab_size: int | None = None) -> None:
         self.guess = torch.empty(0, dtype=torch.long, device=context.tokens.device)
 
-    def observe_target(self, output: TargetOutput) -> None:
+    def observe(self, output: TargetOutput) -> None:
         """Rows ``accepted + 1 ..`` of the verification forward predicted the positions after the target's own
-        token from the guesses before them: their argmax is the next iterate (none after the prefill)."""
+        token from the guesses before them: their argmax is the next iterate."""
         self.guess = output.logits[output.accepted + 1 :].argmax(dim=-1)
 
     def propose(self, context: Context, sampling: SamplingConfig, generator: torch.Generator | None) -> Draft:

@@ -115,7 +115,6 @@ class PromptLookupDrafter(Drafter):
 
     name = "prompt-lookup"
     batches = True
-    proposes_target_ids = True  # copies of tokens already in the sequence
 
     def __init__(
         self, *, min_ngram: int = 1, max_ngram: int = 3, max_continuation: int | None = None, rule: str = "first"

@@ -50,7 +50,7 @@ if TYPE_CHECKING:  # pragma: no cover
 class RoundView:
     """One round (one target forward) as a learner should see it.
 
-    ``draft``: the token ids the drafter proposed (empty for the prefill, which drafts nothing);
+    ``draft``: the token ids the drafter proposed (empty when it proposed none);
     ``accepted``: how many of them the target accepted (always a prefix of ``draft``);
     ``target_token``: the token the target added itself, at position ``accepted``; None only when an accepted
     end-of-sequence token ended generation inside the round;

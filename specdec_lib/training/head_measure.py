@@ -77,13 +77,13 @@ def eagle_accuracy(module: EagleModule, features: torch.Tensor, tokens: torch.Te
     for window, x in zip(features, tokens):
         sequence = x[None]  # [1, T + 1]
         drafter.begin(Context.of(sequence[:, :1]))
-        drafter.observe_target(TargetOutput(window[:0], window[:1], 0))  # h_0
+        drafter.observe(TargetOutput(window[:0], window[:1], 0))  # h_0
         for length in range(2, x.shape[0] - steps + 1):  # committed x_0 .. x_{L-1}; features h_0 .. h_{L-2}
             draft = drafter.propose(Context.of(sequence[:, :length], steps), GREEDY, None)
             correct = (draft.row() == x[length : length + steps]).float()  # against x_L .. x_{L+steps-1}
             hits, chain, positions = hits + correct, chain + correct.cumprod(0), positions + 1
             # the target commits x_L: one true feature more
-            drafter.observe_target(TargetOutput(window[:0], window[length - 1 : length], 0))
+            drafter.observe(TargetOutput(window[:0], window[length - 1 : length], 0))
             drafter.accept(Context.of(sequence[:, : length + 1]))
     return {"positions": positions, "top1": _rounded(hits / positions), "chain": _rounded(chain / positions)}
 

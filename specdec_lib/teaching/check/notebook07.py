@@ -1,11 +1,11 @@
 """Self-checks of notebook 07 (beyond the chain): ``check.<exercise>(your_answer)``.
 
 - `expected_accepted_drafts` (exercise 1): the exact expected accepted drafts per round of token-wise and of block
-  verification, by enumeration, on hidden context-free toys (p, q, gamma) against ``verify.block_thresholds``;
+  verification, by enumeration, on hidden context-free toys (p, q, gamma) against `specdec_lib.core.block_verify.block_thresholds`;
 - `chain_or_tree` (exercise 2): the expected tokens of one greedy round of a tree shape, from the shares of the
   draft's first, second, ... choices that are the target's token, on hidden shapes (a chain among them);
 - `compact_pointer_cache` (exercise 3): your compaction of a `PreallocatedCache`, run on small caches the check
-  builds (no model) and compared with ``kv_cache.compact_cache``, also after the next token is appended.
+  builds (no model) and compared with `specdec_lib.core.caches.compact_cache`, also after the next token is appended.
 """
 
 from __future__ import annotations
