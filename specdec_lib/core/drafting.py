@@ -231,8 +231,11 @@ class WrappedDrafter(Drafter):
     def _declared(attribute: str):  # noqa: N805 (a helper of the class body, not a method)
         return property(lambda self: getattr(self.inner, attribute, getattr(Drafter, attribute)))
 
-    name, device, batches, trees, hidden_layers = map(_declared, ("name", "device", "batches", "trees",  # type: ignore[assignment]
-                                                                  "hidden_layers"))
+    name = _declared("name")  # type: ignore[assignment]
+    device = _declared("device")  # type: ignore[assignment]
+    batches = _declared("batches")  # type: ignore[assignment]
+    trees = _declared("trees")  # type: ignore[assignment]
+    hidden_layers = _declared("hidden_layers")  # type: ignore[assignment]
     del _declared
 
     def __getattr__(self, attribute: str):  # only called for attributes the wrapper itself lacks

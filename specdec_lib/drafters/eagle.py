@@ -215,7 +215,7 @@ class EagleDrafter(Drafter):
         """Up to ``context.k`` drafts after the committed sequence: feed the new true pairs, then autoregress."""
         sequence, k = context.sequence, context.k
         length = sequence.shape[1]
-        if self.runner is not None and self._observed == 0:  # the first round: the target has computed nothing yet
+        if self.runner is not None and self._observed == 0:  # before the target's first forward: nothing to draft from
             return Draft.empty(1, self.device)
         if self.runner is None or self._observed != length - 1:
             raise ConfigError(

@@ -89,7 +89,7 @@ class EarlyExitDrafter(Drafter):
         cache = self._require_cache()
         sequence, k = context.sequence, context.k
         committed = sequence.shape[1] - 1
-        if cache.get_seq_length(0) == 0:  # the first round: the prompt's forward has not filled the cache yet
+        if cache.get_seq_length(0) == 0:  # before the prompt's forward has filled the cache: nothing to draft from
             return Draft.empty(1, self.device)
         if not cache.get_seq_length(0) == cache.get_seq_length(self.exit_layer) == committed:
             raise ConfigError(

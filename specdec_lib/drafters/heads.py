@@ -118,7 +118,7 @@ class HeadsDrafter(Drafter):
     def propose(self, context: Context, sampling: SamplingConfig, generator: torch.Generator | None) -> Draft:
         """Heads 1 .. min(k, K) on ``h_{L-1}`` propose ``x_{L+1} ..`` after the committed ``x_1 .. x_L``."""
         length = context.sequence.shape[1]
-        if self._observed == 0:  # the first round: the target has computed nothing yet
+        if self._observed == 0:  # called before the target's first forward: nothing to draft from yet
             return Draft.empty(1, self.device)
         if self._observed != length - 1:
             raise ConfigError(
