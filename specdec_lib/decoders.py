@@ -87,8 +87,9 @@ def speculative_generate(
     - ``verification="relaxed"`` with ``lenience=l`` (sampling only) accepts with ``min(1, l p / q)``. **It does NOT
       preserve the target's distribution**; it exists to measure that trade-off.
 
-    The trace has one `RoundRecord` per target forward: the prefill (``kind="prefill"``), then one per
-    verification whose ``kind`` says whether the target's token was recovered or a bonus; ``draft_tokens`` holds
+    The trace has one `RoundRecord` per target forward, the first one reading the prompt (``kind="prefill"``
+    when it verified no drafts: a drafter that reads the target drafts from the second round); a round that
+    verified drafts says in ``kind`` whether the target's token was recovered or a bonus; ``draft_tokens`` holds
     what was drafted. ``cache_kind``: the target's KV cache, ``"dynamic"`` or ``"preallocated"`` (sized to the
     generation); the tokens are the same. ``record_memory=True`` keeps the KV caches' peak bytes in
     ``trace.peak_kv_bytes`` (``"target"``, and ``"draft"`` for drafters exposing a ``cache``)."""

@@ -12,6 +12,7 @@ import torch
 from helpers import SIGNIFICANCE, detectable_tv, first_layer_draft, one_position_law
 from specdec_lib import autoregressive_generate
 from specdec_lib import DraftModelDrafter, PromptLookupDrafter, batched_autoregressive_generate, batched_speculative_generate
+from specdec_lib.decoders import batch_drafter
 from specdec_lib.core.drafting import Draft, WrappedDrafter
 from specdec_lib.core.result import GenerationResult
 from specdec_lib.core.rows import left_pad, positions_from_mask
@@ -97,16 +98,19 @@ def test_copies_of_one_prompt_are_prefilled_once_and_each_row_is_the_prompt_alon
     """n samples of one prompt: the prefill reads the prompt once and copies its keys and values to every row
     (`CachedRows`), for the target and the draft model alike; the rows then drift apart (EOS, ragged acceptance)
     and each is still that prompt's own greedy output."""
-    batches = []
-    hooks = [model.register_forward_pre_hook(lambda module, args, kwargs: batches.append(kwargs["input_ids"].shape[0]),
-                                             with_kwargs=True) for model in (target, drafts["first-layer"])]
+    batches = {"target": [], "draft": []}
+    models = {"target": target, "draft": drafts["first-layer"]}
+    hooks = [model.register_forward_pre_hook(
+        lambda module, args, kwargs, name=name: batches[name].append(kwargs["input_ids"].shape[0]), with_kwargs=True)
+        for name, model in models.items()]
     try:
         result = batched_speculative_generate(target, drafts["first-layer"], [torch.tensor(PROMPTS[0])] * 4, gamma=3,
                                               max_new_tokens=NEW_TOKENS, eos_token_id=EOS)
     finally:
         for hook in hooks:
             hook.remove()
-    assert batches[0] == 1 and 4 in batches  # the target's prefill saw one row; later forwards all four
+    # the first forward of each read one row (the same prompt, and the same greedy drafts); later forwards all four
+    assert batches["target"][0] == batches["draft"][0] == 1 and 4 in batches["target"]
     assert result.tokens == [references[EOS][0]] * 4
 
 
@@ -148,7 +152,8 @@ def test_a_few_new_tokens_with_a_large_gamma(target, drafts, references, new_tok
     result = batched_speculative_generate(target, drafts["first-layer"], prompts(3), gamma=6,
                                           max_new_tokens=new_tokens, eos_token_id=None)
     assert result.tokens == [ref[:new_tokens] for ref in references[None][:3]]
-    assert result.target_forwards == new_tokens and sum(result.drafted) == 0  # k = remaining - 1 = 0
+    assert sum(result.drafted) == 3 * (new_tokens - 1)  # the first round drafts k = remaining - 1
+    assert result.target_forwards <= new_tokens
 
 
 @pytest.mark.parametrize("drafter_name", ["first-layer", "prompt-lookup"])
@@ -218,7 +223,8 @@ def second_token_laws(peaked):
         second = logits_to_probs(target(contexts).logits[:, -1], SAMPLING)  # [V, V]: row x1
         drafted = logits_to_probs(draft(contexts).logits[:, -1], SAMPLING)  # [V, V]: the q x2 is drawn from
     uniform = torch.full_like(drafted, 1 / drafted.shape[-1])
-    return {"target": first @ second, "reports uniform q": first @ one_position_law(second, drafted, uniform)}
+    return {"target": first @ second, "reports uniform q": first @ one_position_law(second, drafted, uniform),
+            "first": first}
 
 
 class ReportsUniformQ(WrappedDrafter):
@@ -231,10 +237,24 @@ class ReportsUniformQ(WrappedDrafter):
         return Draft(draft.tokens, uniform, draft.forwards, draft.lengths)
 
 
+class FromTheSecondRound(WrappedDrafter):
+    """Drafts nothing in the first round (the prompts' forward), so that the first new token is the target's own
+    sample and the second the first verified one: the schedule `second_token_laws` computes exactly."""
+
+    def begin(self, context, **limits):
+        self.first = True
+        super().begin(context, **limits)
+
+    def propose(self, context, sampling, generator):
+        first, self.first = self.first, False
+        return Draft.empty(context.batch) if first else super().propose(context, sampling, generator)
+
+
 def second_tokens(peaked, drafter, seed, **verification):
-    """Histogram of the second new token over COPIES rows of one batch (max_new_tokens=3: the first round after
-    the prefill drafts k = 1 token and verifies it)."""
+    """Histogram of the second new token over COPIES rows of one batch (max_new_tokens=3: drafting from the second
+    round on, the first token is the target's own and the next round drafts k = 1 token and verifies it)."""
     target, _, prompt = peaked
+    drafter = FromTheSecondRound(batch_drafter(drafter))
     result = batched_speculative_generate(target, drafter, [prompt] * COPIES, gamma=2, max_new_tokens=3,
                                           sampling=SAMPLING, eos_token_id=None, seed=seed, **verification)
     assert 0 < sum(result.accepted) < sum(result.drafted)  # both accepted and recovered second tokens happen
@@ -251,6 +271,12 @@ def test_batched_sampling_keeps_the_target_distribution_per_row(peaked, second_t
     for drafter, seed in ((draft, 1), (PromptLookupDrafter(), 2)):
         test = chi_square_gof(second_tokens(peaked, drafter, seed), law)
         assert test.passes(SIGNIFICANCE) and detectable_tv(COPIES, test.cells) <= 0.12, (drafter, test)
+    target, draft, prompt = peaked  # drafting in the first round too: the first token is then a verified one
+    first = batched_speculative_generate(target, draft, [prompt] * COPIES, gamma=2, max_new_tokens=3,
+                                         sampling=SAMPLING, eos_token_id=None, seed=4)
+    assert 0 < sum(first.accepted) < sum(first.drafted) and all(r.rounds[0].drafted == 2 for r in first.traces)
+    test = chi_square_gof(histogram([tokens[0] for tokens in first.tokens], 64), second_token_laws["first"])
+    assert test.passes(SIGNIFICANCE) and detectable_tv(COPIES, test.cells) <= 0.12, test
     effect = total_variation(wrong_law, law)
     assert effect == pytest.approx(0.21, abs=0.005)
     wrong = second_tokens(peaked, ReportsUniformQ(DraftModelDrafter(draft)), seed=1)

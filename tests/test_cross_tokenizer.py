@@ -393,7 +393,7 @@ def test_point_mass_drafts_across_tokenizers_keep_the_target_distribution(tiny_c
     samples, acceptance = speculative_samples(target, drafter, prompt, sampling, SAMPLING_DRAWS)
     test = chi_square_gof(bucket_counts(samples, categories), probs)
     assert test.passes(SIGNIFICANCE) and test.cells >= 6, test
-    assert 0.05 < acceptance < 0.95, acceptance  # acceptance and recovery both happen
+    assert 0.02 < acceptance < 0.95, acceptance  # acceptance and recovery both happen (dozens of each)
     drafter.begin(Context.of(prompt))
     assert drafter.propose(Context.of(prompt, 3), sampling, torch.Generator().manual_seed(0)).probs is None
 

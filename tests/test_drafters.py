@@ -164,4 +164,4 @@ def test_a_one_row_draft_may_be_given_one_dimensional(tiny_llama):
     assert draft.tokens.shape == (1, 2) and draft.probs.shape == (1, 2, 64)  # stored as the batch of one it is
     result = speculative_generate(tiny_llama, Returns(draft), torch.tensor([[0, 5, 17]]), gamma=3, max_new_tokens=4,
                                   eos_token_id=None, sampling=SamplingConfig(temperature=1.0), seed=0)
-    assert result.trace.rounds[1].drafted == 2 and result.trace.rounds[1].draft_tokens == (1, 2)
+    assert result.trace.rounds[0].drafted == 2 and result.trace.rounds[0].draft_tokens == (1, 2)

@@ -39,14 +39,16 @@ def tiny_target():
 
 
 class CheckedEarlyExit(EarlyExitDrafter):
-    """Before drafting each round (so after the previous round's rollback), compares the shared cache with a fresh
-    prefill of the committed tokens but the last, which the cache must hold and nothing more."""
+    """Before drafting each round after the first (so after the previous round's rollback), compares the shared
+    cache with a fresh prefill of the committed tokens but the last, which the cache must hold and nothing more (the
+    first round finds it empty: its forward reads the prompt)."""
 
     checks = 0
 
     def propose(self, context, sampling, generator):
-        sequence = context.sequence
-        assert_cache_is_a_fresh_prefill(self.target, self._cache, sequence[:, :-1])
+        if self._cache.get_seq_length(0) == 0:  # the first round
+            return super().propose(context, sampling, generator)
+        assert_cache_is_a_fresh_prefill(self.target, self._cache, context.sequence[:, :-1])
         CheckedEarlyExit.checks += 1
         return super().propose(context, sampling, generator)
 

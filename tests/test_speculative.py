@@ -72,7 +72,7 @@ def check_trace(result):
     assert all(r.emitted == r.accepted + 1 for r in rounds)  # no EOS here: every round adds one target token
     assert target_forwards(trace) == len(rounds)
     assert draft_forwards(trace) == sum(r.draft_forwards for r in rounds)
-    assert rounds[0].drafted == 0 and rounds[0].emitted == 1  # the prefill round
+    assert rounds[0].kind != "target" and all(r.kind != "prefill" for r in rounds[1:])  # the first round: the prompt
     assert trace.token_times == sorted(trace.token_times) and time_to_first_token(trace) > 0
     assert all(r.draft_time >= 0 and r.verify_time > 0 for r in rounds)
 
@@ -83,12 +83,13 @@ def test_every_full_accept_adds_the_bonus_token(tiny_llama, references):
 
     Generation ends on an EOS inside the third round's drafts, not on the budget: a loop that drops the bonus may
     never fill a budget (a round with no drafts would emit nothing), so the budget-ended tests below could hang
-    instead of failing. That is also why this test comes first in the module (``-x`` stops here)."""
-    ids, eos = eos_case(tiny_llama, references, 12)  # round 3 holds new tokens 11 .. 15: 12 is its second draft
+    instead of failing. That is also why this test comes first in the module (``-x`` stops here). The first round
+    drafts too: the prompt's forward verifies its drafts."""
+    ids, eos = eos_case(tiny_llama, references, 12)  # round 3 holds new tokens 11 .. 15: the 13th is its third draft
     result = speculative_generate(tiny_llama, DraftModelDrafter(tiny_llama), ids, gamma=4, max_new_tokens=LONGEST,
                                   eos_token_id=eos)
     rounds = [(r.drafted, r.accepted, r.emitted) for r in result.trace.rounds]
-    assert rounds == [(0, 0, 1), (4, 4, 5), (4, 4, 5), (4, 4, 2)]
+    assert rounds == [(4, 4, 5), (4, 4, 5), (4, 4, 3)]
     assert result.new_token_list == references[tuple(PROMPTS[0])][:13]
 
 
@@ -105,6 +106,7 @@ def test_greedy_is_token_identical_to_the_target_alone(tiny_llama, drafts, refer
             assert result.method == "speculative[draft-model]"
             check_trace(result)
             assert all(r.drafted <= gamma for r in result.trace.rounds)
+            assert result.trace.rounds[0].drafted == min(gamma, max_new_tokens - 1)  # the prompt's forward verifies
 
 
 def acceptance_over_prompts(target, draft, gamma=4):
@@ -130,10 +132,10 @@ def test_the_target_as_its_own_draft_accepts_everything(tiny_llama):
     assert rate == 1.0
     for result in results:
         assert per_position_acceptance(result.trace) == [1.0] * 4
-        # 20 tokens: the prefill's 1, then rounds of 4 accepted + 1 bonus, the last one shortened: 1 + 5 + 5 + 5 + 4
-        assert [r.emitted for r in result.trace.rounds] == [1, 5, 5, 5, 4]
-        assert tokens_per_target_forward(result.trace) == 4.0
-        assert draft_forwards(result.trace) == 4 + 4 + 4 + 3  # one forward per drafted token
+        # 20 tokens: rounds of 4 accepted + 1 bonus from the first (the prompt's forward verifies), 5 + 5 + 5 + 5
+        assert [r.emitted for r in result.trace.rounds] == [5, 5, 5, 5]
+        assert tokens_per_target_forward(result.trace) == 5.0
+        assert draft_forwards(result.trace) == 4 + 4 + 4 + 4  # one forward per drafted token
 
 
 def test_acceptance_orders_the_drafts(tiny_llama, drafts):
@@ -180,15 +182,15 @@ def test_eos_inside_an_accepted_draft_ends_the_round_there(tiny_llama, reference
     result = speculative_generate(
         tiny_llama, DraftModelDrafter(tiny_llama), ids, gamma=8, max_new_tokens=LONGEST, eos_token_id=eos
     )
-    prefill, last = result.trace.rounds
-    assert (last.drafted, last.accepted, last.emitted) == (8, 8, 3)  # all 8 accepted; only up to the EOS is kept
+    (only,) = result.trace.rounds  # the first round: the prompt's forward verifies 8 drafts
+    assert (only.drafted, only.accepted, only.emitted) == (8, 8, 4)  # all 8 accepted; only up to the EOS is kept
     assert result.new_token_list[-1] == eos and len(result.new_token_list) == 4
 
 
 def test_drafts_are_cut_to_fit_max_new_tokens(tiny_llama):
     drafter, ids = DraftModelDrafter(tiny_llama), torch.tensor([[3]])
     result = speculative_generate(tiny_llama, drafter, ids, gamma=8, max_new_tokens=6)
-    assert [(r.drafted, r.emitted) for r in result.trace.rounds] == [(0, 1), (4, 5)]
+    assert [(r.drafted, r.emitted) for r in result.trace.rounds] == [(5, 6)]
     single = speculative_generate(tiny_llama, drafter, ids, gamma=8, max_new_tokens=1)
     assert [(r.drafted, r.draft_forwards) for r in single.trace.rounds] == [(0, 0)]
 
@@ -228,8 +230,8 @@ def test_any_drafter_behind_the_interface(tiny_llama, references):
     result = speculative_generate(tiny_llama, drafter, torch.tensor([PROMPTS[0]]), gamma=3, max_new_tokens=LONGEST)
     assert result.new_token_list == reference and result.method == "speculative[oracle]"
     assert draft_forwards(result.trace) == 0
-    # rounds start at new tokens 1, 5, 9 (all right up to 9), then every draft is wrong: one token per round
-    assert [r.accepted for r in result.trace.rounds][:5] == [0, 3, 3, 0, 0]
+    # rounds start at new tokens 1, 5, 9; the drafts are right up to the 9th, then every draft is wrong
+    assert [r.accepted for r in result.trace.rounds][:5] == [3, 3, 1, 0, 0]
 
 
 @pytest.mark.parametrize("gamma", [0, -1, 2.5, True, "4", None])
@@ -295,7 +297,7 @@ def test_a_drafter_proposing_too_much_is_explained(tiny_llama):
 def test_a_drafter_that_reads_the_target_sees_every_forward_and_drafts_from_the_second_round(tiny_llama, references):
     """The hooks a drafter that reads the target's work uses: ``hidden_layers`` asks for hidden states, `observe`
     is called after every forward (the first one reads the prompt: it covers every prompt position), and a drafter
-    with nothing observed yet drafts nothing (the first round is the prefill: it drafts nothing anyway)."""
+    with nothing observed yet drafts nothing, so the first round is a plain prefill."""
 
     class Echo(Drafter):  # drafts the target's own next-token argmax after the observed logits: always accepted
         hidden_layers = (-1,)
@@ -329,7 +331,7 @@ def test_a_drafter_with_only_propose_runs(tiny_llama, references):
 
     ids = torch.tensor([PROMPTS[0]])
     result = speculative_generate(tiny_llama, Copycat(), ids, gamma=3, max_new_tokens=LONGEST)
-    assert result.new_token_list == references[tuple(PROMPTS[0])] and result.trace.rounds[1].drafted == 3
+    assert result.new_token_list == references[tuple(PROMPTS[0])] and result.trace.rounds[0].drafted == 3
 
 
 @pytest.fixture
@@ -379,8 +381,8 @@ def test_rounds_record_which_token_the_target_added(tiny_llama, drafts):
     result = speculative_generate(tiny_llama, DraftModelDrafter(drafts["noisy"]), ids, gamma=4,
                                   max_new_tokens=LONGEST, eos_token_id=None)
     rounds = result.trace.rounds
-    assert rounds[0].kind == "prefill"
-    for record in rounds[1:]:
+    assert rounds[0].drafted > 0  # the prompt's forward verified drafts: its kind is its token's, not "prefill"
+    for record in rounds:
         expected = "target" if record.drafted == 0 else "bonus" if record.accepted == record.drafted else "recovered"
         assert record.kind == expected
     assert {"recovered", "bonus"} <= {record.kind for record in rounds}

@@ -97,7 +97,8 @@ class TimedDrafter(WrappedDrafter):
     synchronized before and after each), and the number of ``propose`` calls (one per round that may draft).
     ``calls`` keeps every proposal as ``(seconds, drafted tokens, first of its generation)``: the first proposal
     that drafts also reads the whole prompt (a draft model's tokens, EAGLE's features of it), a prefill rather than
-    a draft step (earlier empty proposals count as first too). Every other call and attribute
+    a draft step; earlier empty proposals (a drafter that reads the target waits for its first forward) count as
+    first too. Every other call and attribute
     (``cache``, ``model``) is the wrapped drafter's."""
 
     def __init__(self, inner: Drafter, device: torch.device | str = "cpu") -> None:

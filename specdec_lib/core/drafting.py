@@ -19,11 +19,11 @@ A `Context` shows the committed tokens of every row (``context.sequence``, ``con
 holds ``tokens [B, K]`` (a drafter for one row may return ``[k]``), the distribution each token was drawn from
 (``probs``, or None for point masses), the drafter's model forwards and, for a token tree, the parent of each node.
 
-The first round reads the prompts (the prefill) and drafts nothing; `observe` then shows a drafter that drafts from
-the target's work what it computed (Medusa heads and EAGLE read the target's hidden states at ``hidden_layers``;
-Jacobi decoding guesses from its logits), and such a drafter returns an empty draft while it has observed nothing.
-Self-speculative early exit, whose drafting writes into the target's own KV cache, returns its own `verifier` (the
-target's cache, its own forward).
+The first round reads the prompts: a drafter that drafts from the tokens alone (a draft model, prompt lookup, a
+suffix tree) drafts already then, and the prompts' forward verifies its drafts. A drafter that drafts from the
+target's work returns an empty draft until `observe` has shown it some (Medusa heads and EAGLE read the target's
+hidden states at ``hidden_layers``; Jacobi decoding guesses from its logits), and self-speculative early exit, whose
+drafting writes into the target's own KV cache, returns its own `verifier` (the target's cache, its own forward).
 What a drafter can draft is declared: ``batches`` (B > 1 rows) and ``trees`` (token trees).
 
 The contract that matters most: **a drafter reports the distribution it actually drew each token from**

@@ -11,8 +11,9 @@ One generation of B rows; each round, for every row (row b has committed ``x_1 .
                moved next to them), and the drafter's state                            rows.roll_back, drafter.accept
     stop       finished rows leave the batch                                           run.retire
 
-The first round is the prefill: its forward reads the prompts and gives each row its first token; it drafts
-nothing, so a drafter's first proposal comes in the second round, when the target has run once. The target alone is the drafter that proposes nothing (`TargetAlone`):
+The first round is the prefill: its forward reads the prompts and gives each row its first token, and a drafter
+that drafts from the tokens alone has already drafted, so that forward verifies too (a drafter that reads the
+target's forward starts in the second). The target alone is the drafter that proposes nothing (`TargetAlone`):
 every round one ordinary step. The target runs once per round instead of once per token. Greedy: the output is
 token-identical to the target alone's greedy decoding. Sampling: exact (or block) verification makes it
 distributed exactly like the target's own samples. Nothing else lives in the loop: the inputs are checked before it

@@ -261,7 +261,7 @@ def _verification_margin(target: PreTrainedModel, candidate: _Output, position: 
         replayed, row = replay.round_of(position)
         logits = replayed.logits[row]
         width = len(replayed.inputs)
-        shape = ("its prefill (replayed)" if replayed.first == 0 else
+        shape = (f"its prompt's forward ({width} tokens, replayed)" if replayed.first == 0 else
                  f"its verification forward ({width} token{'' if width == 1 else 's'}, replayed)")
     else:
         at = candidate.prompt_length + position - 1  # x_L: the last token before the fork

@@ -1,11 +1,10 @@
 """Speculative decoding at its barest: greedy, one row, a draft model, plain transformers. Read this first.
 
 Everything else in the library is this loop with more drafters, sampling, batches, trees, checks and a trace
-(`specdec_lib.core.engine.generate` is the same round, for every decoder). The first round is the prefill: the
-target reads the prompt and gives the first token, with no drafts to verify. Then each round:
+(`specdec_lib.core.engine.generate` is the same round, for every decoder). Each round:
 
     draft      the draft model proposes k <= gamma tokens, one forward each (its first forward also reads what
-               its cache lacks: the whole prompt and the first token, the first time)
+               its cache lacks: the whole prompt in the first round)
     verify     ONE target forward over what its cache lacks (the prompt in the first round, the last token after
                it) and the k drafts; its last k + 1 rows of logits say what the target alone would have chosen
                after each prefix
@@ -49,7 +48,7 @@ def lean_generate(target: PreTrainedModel, draft: PreTrainedModel, input_ids: to
     prompt = input_ids.shape[1]
     seq = input_ids[0].tolist()
     while len(seq) - prompt < max_new_tokens and (len(seq) == prompt or seq[-1] != eos_token_id):
-        k = 0 if len(seq) == prompt else min(gamma, max_new_tokens - (len(seq) - prompt) - 1)  # + 1 must fit
+        k = min(gamma, max_new_tokens - (len(seq) - prompt) - 1)  # k drafts + the target's token must fit
         drafts, step = [], seq[d_cache.get_seq_length():]
         for _ in range(k):
             drafts += argmax(draft, d_cache, step, 1)

@@ -6,8 +6,8 @@
     tokens     LongTensor[B0, capacity] on the target's device: row r's committed tokens are tokens[r, :lengths[r]]
     active     the rows still generating, in the order of the caches' batch dimension (rows keep their index r)
     budgets    per active row, how many tokens it may draft this round: k_b = min(gamma, remaining_b - 1,
-               positions left in the target's context), 0 in the first round (the prefill); a token tree is cut to
-               that depth
+               positions left in the target's context); a token tree is cut to that depth (and drafted from the
+               second round: the first reads the prompts)
     step_input the verification forward's input: what the target's cache lacks of each row (the prompt in the
                first round, the last committed token after it), then the row's drafts
     commit     reads the verdict back once, appends each row's accepted drafts and its recovered or bonus token,
@@ -147,8 +147,8 @@ class Run:
         settings = self.settings
         if settings.disable_by_batch_size is not None and self.batch > settings.disable_by_batch_size:
             return 0
-        if self.first_round:
-            return 0  # the first round reads the prompts: the prefill, one token per row
+        if settings.tree is not None and self.first_round:
+            return 0  # a tree is verified after the root's cached context: the first round reads the prompt alone
         generated = self.lengths[row] - self.prompt_lengths[row]
         depth = settings.tree.depth if settings.tree is not None else settings.gamma
         return max(0, min(depth, settings.max_new_tokens - generated - 1, self.max_positions - self.lengths[row]))

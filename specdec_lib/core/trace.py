@@ -2,8 +2,8 @@
 
 Vocabulary (used the same way in code, notebooks and plots):
 
-- a **round** is one forward of the *target* model. Round 1, the prefill, reads the prompt and yields the first
-  new token. In the baseline every round emits exactly one token; in speculative decoding a round
+- a **round** is one forward of the *target* model. Round 1 reads the prompt and yields the first new token (it is
+  the prefill; with a drafter that drafts from the prompt it verifies drafts too). In the baseline every round emits exactly one token; in speculative decoding a round
   verifies ``drafted`` tokens, ``accepted`` of them survive, and the round appends ``emitted`` tokens
   (the accepted ones plus one recovered or bonus token from the target).
 - **token times** are seconds since the start of generation at which each new token became available.
@@ -15,7 +15,7 @@ Vocabulary (used the same way in code, notebooks and plots):
 |---|---|---|
 | **alpha** (α) | per-token acceptance, the parameter of Leviathan et al.'s theory: accepted drafts / drafts the target *examined* (a round examines drafts up to and including its first rejection) | `per_token_acceptance` |
 | **acceptance rate** | accepted / drafted tokens (drafts after a rejection count as drafted, never examined) | `acceptance_rate` |
-| **mean acceptance length** | tokens emitted per verification round, the recovered or bonus token included, the prefill (and rounds that drafted nothing) excluded: ``1 + accepted / verification rounds`` (vLLM's convention) | `mean_acceptance_length` |
+| **mean acceptance length** | tokens emitted per verification round, the recovered or bonus token included, rounds that drafted nothing (a prefill without drafts, the target's own steps) excluded: ``1 + accepted / verification rounds`` (vLLM's convention) | `mean_acceptance_length` |
 | **per-position acceptance** | P(draft i accepted), i = 1 .. γ: the share of rounds drafting at least i tokens whose i-th draft survived | `per_position_acceptance` |
 
 With independent acceptance at rate α and γ drafts per round, mean acceptance length is
@@ -45,7 +45,7 @@ class RoundRecord:
     that verified nothing: every baseline step, or a drafter that proposed nothing), ``"recovered"`` (it replaced
     the first rejected draft) or ``"bonus"`` (every draft was accepted)."""
 
-    drafted: int  # draft tokens proposed to the target this round (0 for the baseline and the prefill)
+    drafted: int  # draft tokens proposed to the target this round (0 for the baseline)
     accepted: int  # draft tokens the target accepted (0 <= accepted <= drafted)
     emitted: int  # tokens appended to the sequence this round (accepted + recovered/bonus; 1 for the baseline)
     draft_time: float  # seconds spent drafting this round

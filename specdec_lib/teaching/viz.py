@@ -54,8 +54,8 @@ class RoundView:
     ``accepted``: how many of them the target accepted (always a prefix of ``draft``);
     ``target_token``: the token the target added itself, at position ``accepted``; None only when an accepted
     end-of-sequence token ended generation inside the round;
-    ``kind``: the round's `RoundRecord.kind`, what the target's token is: ``"prefill"`` (the prompt's forward),
-    ``"target"`` (nothing was drafted: an ordinary target step), ``"recovered"`` (it replaces the first rejected
+    ``kind``: the round's `RoundRecord.kind`, what the target's token is: ``"prefill"`` (the prompt's forward, with
+    no drafts to verify), ``"target"`` (nothing was drafted: an ordinary target step), ``"recovered"`` (it replaces the first rejected
     draft, ``accepted < len(draft)``) or ``"bonus"`` (every draft was accepted).
     """
 
@@ -79,7 +79,8 @@ class RoundView:
 
     @property
     def prefill(self) -> bool:
-        """Whether this is the prefill round (the prompt's forward, round 1)."""
+        """Whether this is a prefill that verified nothing (the prompt's forward, round 1, when the drafter drafted
+        nothing yet; a drafter that drafts from the prompt makes round 1 a verification round)."""
         return self.kind == "prefill"
 
     @property
@@ -103,7 +104,7 @@ _KIND_FITS = {
     "bonus": lambda drafted, accepted: drafted > 0 and accepted == drafted,
 }
 _KIND_RULES = {
-    "prefill": "the prefill drafts nothing",
+    "prefill": "a prefill round verifies no drafts",
     "target": "a target round drafts nothing",
     "recovered": "a recovered token replaces a rejected draft, so fewer than all drafts are accepted",
     "bonus": "a bonus token follows a full accept of a non-empty draft",
