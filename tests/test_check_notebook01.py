@@ -127,8 +127,8 @@ def test_forwards_saved_the_forwards_used_are_named():
         check.forwards_saved(lambda results: sum(len(r.trace.rounds) for r in results)))
 
 
-def test_forwards_saved_a_forgotten_prefill_is_named():
-    assert "the prefill is a target forward too" in repr(
+def test_forwards_saved_a_forgotten_first_round_is_named():
+    assert "the first round is a target forward too" in repr(
         check.forwards_saved(lambda results: saved(results) + len(results)))
 
 
@@ -143,8 +143,8 @@ def test_forwards_saved_stub():
     assert "still raises NotImplementedError" in repr(check.forwards_saved(stub))
 
 
-def loop_costs(gamma, rounds, alone_rounds):  # the solution
-    step = statistics.median(r.verify_time for r in alone_rounds if r.kind != "prefill")
+def loop_costs(gamma, rounds, alone_rounds):  # the solution (the rounds come after each run's first)
+    step = statistics.median(r.verify_time for r in alone_rounds)
     c = statistics.median(r.draft_time / r.draft_forwards for r in rounds if r.draft_forwards > 0)
     v = statistics.median(r.verify_time for r in rounds if r.drafted == gamma)
     return c / step, v / step
@@ -160,8 +160,8 @@ def test_loop_costs_the_theorys_own_assumptions_are_named():
     assert not report and "v = 1 is the theory's own assumption" in repr(report)
 
 
-def step(alone_rounds):  # the target alone's step in its loop: the median verify time after the prefill
-    return statistics.median(r.verify_time for r in alone_rounds if r.kind != "prefill")
+def step(alone_rounds):  # the target alone's step in its loop: the median verify time of its rounds
+    return statistics.median(r.verify_time for r in alone_rounds)
 
 
 def in_seconds(gamma, rounds, alone_rounds):
@@ -178,28 +178,22 @@ def per_gamma(gamma, rounds, alone_rounds):  # a shortened round's drafting divi
     return c, loop_costs(gamma, rounds, alone_rounds)[1]
 
 
-def prefill_in_the_step(gamma, rounds, alone_rounds):
-    unit = statistics.median(r.verify_time for r in alone_rounds)
-    return tuple(x * step(alone_rounds) / unit for x in loop_costs(gamma, rounds, alone_rounds))
-
-
 def shortened_rounds_in_v(gamma, rounds, alone_rounds):
     v = statistics.median(r.verify_time for r in rounds if r.drafted) / step(alone_rounds)
     return loop_costs(gamma, rounds, alone_rounds)[0], v
 
 
 def means(gamma, rounds, alone_rounds):
-    unit = statistics.mean(r.verify_time for r in alone_rounds if r.kind != "prefill")
+    unit = statistics.mean(r.verify_time for r in alone_rounds)
     return (statistics.mean(r.draft_time / r.draft_forwards for r in rounds if r.drafted) / unit,
             statistics.mean(r.verify_time for r in rounds if r.drafted == gamma) / unit)
 
 
 @pytest.mark.parametrize("wrong, named", [
     (in_seconds, "those are seconds"), (per_round, "a whole round's drafting"), (per_gamma, "not by gamma"),
-    (prefill_in_the_step, "leaves out its first round, the prefill"),
     (shortened_rounds_in_v, "a shortened round verifies fewer"), (means, "that is the mean"),
     (lambda gamma, rounds, alone_rounds: loop_costs(gamma, rounds, alone_rounds)[::-1], "c and v are swapped"),
-], ids=["seconds", "per round", "divided by gamma", "prefill in the step", "shortened rounds in v", "mean", "swapped"])
+], ids=["seconds", "per round", "divided by gamma", "shortened rounds in v", "mean", "swapped"])
 def test_loop_costs_plausible_mistakes_are_named(wrong, named):
     report = check.best_gamma_gap(wrong)
     assert not report and named in repr(report), repr(report)
@@ -210,13 +204,13 @@ def test_loop_costs_a_letter_or_a_stub_is_told_what_to_pass():
     assert "still raises NotImplementedError" in repr(check.best_gamma_gap(stub))
 
 
-def expected_forwards(alpha, gamma, new_tokens):  # the solution: the prefill, then a recursion over the tokens left
-    rounds_for = [0.0] * new_tokens
-    for left in range(1, new_tokens):
+def expected_forwards(alpha, gamma, new_tokens):  # the solution: a recursion over the tokens left, every round drafts
+    rounds_for = [0.0] * (new_tokens + 1)
+    for left in range(1, new_tokens + 1):
         k = min(gamma, left - 1)
         exactly = [alpha**n * (1 - alpha) for n in range(k)] + [alpha**k]
         rounds_for[left] = 1 + sum(p * rounds_for[left - n - 1] for n, p in enumerate(exactly))
-    return 1 + rounds_for[new_tokens - 1]
+    return rounds_for[new_tokens]
 
 
 def test_expected_forwards_the_solution_passes():
@@ -226,26 +220,26 @@ def test_expected_forwards_the_solution_passes():
 def test_expected_forwards_the_theorys_tokens_per_round_alone_is_named():
     # the shortcut: the formula the notebook states, new tokens / E[tokens per round], without the rounds' mechanism
     report = check.grounded_prompts(lambda alpha, gamma, new: new / expected_tokens_per_round(alpha, gamma))
-    assert not report and "forgets that the prefill emits a single token" in repr(report)
+    assert not report and "the last rounds draft fewer" in repr(report)
 
 
-def rounds_from_the_start(alpha, gamma, new_tokens):  # no prefill: rounds from the first token on
-    return expected_forwards(alpha, gamma, new_tokens + 1) - 1
+def a_prefill_first(alpha, gamma, new_tokens):  # a forward for the prompt alone, then rounds for the other tokens
+    return 1 + expected_forwards(alpha, gamma, new_tokens - 1)
 
 
 def chance_of_at_least_n(alpha, gamma, new_tokens):  # alpha^n where exactly n needs alpha^n (1 - alpha)
-    rounds_for = [0.0] * new_tokens
-    for left in range(1, new_tokens):
+    rounds_for = [0.0] * (new_tokens + 1)
+    for left in range(1, new_tokens + 1):
         k = min(gamma, left - 1)
         rounds_for[left] = 1 + sum(alpha**n * rounds_for[left - n - 1] for n in range(k + 1))
-    return 1 + rounds_for[new_tokens - 1]
+    return rounds_for[new_tokens]
 
 
 @pytest.mark.parametrize("wrong, named", [
-    (lambda alpha, gamma, new: 1 + (new - 1) / expected_tokens_per_round(alpha, gamma), "the last rounds draft fewer"),
-    (rounds_from_the_start, "the first forward is the prefill"),
+    (lambda alpha, gamma, new: new / expected_tokens_per_round(alpha, gamma), "the last rounds draft fewer"),
+    (a_prefill_first, "there is no separate prefill"),
     (chance_of_at_least_n, "not that exactly n are"),
-], ids=["no shortened rounds", "no prefill", "at least n"])
+], ids=["no shortened rounds", "a prefill first", "at least n"])
 def test_expected_forwards_plausible_mistakes_are_named(wrong, named):
     report = check.grounded_prompts(wrong)
     assert not report and named in repr(report), repr(report)
@@ -255,7 +249,7 @@ def test_expected_forwards_a_simulation_is_asked_for_the_exact_value():
     def simulated(alpha, gamma, new_tokens, trials=4000):
         generator, total = random.Random(0), 0
         for _ in range(trials):
-            left, forwards = new_tokens - 1, 1
+            left, forwards = new_tokens, 0
             while left > 0:
                 k, n = min(gamma, left - 1), 0
                 while n < k and generator.random() < alpha:

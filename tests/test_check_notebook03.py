@@ -156,16 +156,16 @@ def stated_conclusion(input_ids, gamma, max_new_tokens, draft_rollback):
 
 
 @pytest.mark.parametrize("wrong, words", [
-    # the library drafts in its first round too (its prompt's forward verifies): one forward fewer than section 3's
-    (library_run, "count one forward for the prefill and one per round"),
-    (stated_conclusion, "the count of the loop that rolls both caches back"),
+    (library_run, "the count of the loop that rolls both caches back"),
+    (stated_conclusion, "count one target forward per round of the loop"),
     (lambda i, g, m, d: solution_loop(i, g, m, True), "the count of the loop that rolls both caches back"),
     (lambda i, g, m, d: solution_loop(i, g, m, False), "the count of the loop that never crops the draft's cache"),
     (lambda i, g, m, d: notebook03.reference_loop(i, g, m, draft_rollback=d, target_rollback=d),
      "whose *target* cache keeps the rejected drafts"),
     (lambda i, g, m, d: notebook03.reference_loop(i, g, m, draft_rollback=True, target_rollback=d),
      "whose *target* cache keeps the rejected drafts"),
-    (lambda i, g, m, d: (solution_loop(i, g, m, d)[0], solution_loop(i, g, m, d)[1] - 1), "count the prefill too"),
+    (lambda i, g, m, d: (solution_loop(i, g, m, d)[0], solution_loop(i, g, m, d)[1] + 1),
+     "there is no forward before the first round"),
     (lambda i, g, m, d: solution_loop(i, g, m, d)[0], "Expected a pair (new tokens, target forwards)"),
 ])
 def test_forget_draft_rollback_checks_the_loop_itself(wrong, words):

@@ -85,14 +85,14 @@ DISTRIBUTION_NOTE = (
 _LEGEND_HEAD = """\
 tokens/s      median over repeats of (new tokens / wall seconds) over all prompts
 speed-up      median over repeats of tokens/s divided by the baseline's (autoregressive) in the same repeat
-mean acc len  mean acceptance length: tokens per verification round (accepted drafts + 1), prefill excluded
+mean acc len  mean acceptance length: tokens per verification round (accepted drafts + 1), rounds without drafts excluded
 acc rate      acceptance rate: accepted / drafted tokens (drafts after a rejection count as drafted)
 alpha         per-token acceptance: accepted / examined drafts (a round examines drafts up to its first rejection)
               ours: all three from the traces; hf-assisted: from forward counts in the warm-up pass, its alpha
               the one under which Leviathan et al.'s model gives its mean acceptance length (theory inverted)
 c             our median draft time per drafted token / the baseline's median time per target forward
 predicted     expected_speedup(alpha, gamma, c); meas/pred = speed-up / predicted"""
-_JSON_LEGEND = "JSON          also per-position acceptance (ours: P(draft i accepted)), tokens per target forward (prefill in)"
+_JSON_LEGEND = "JSON          also per-position acceptance (ours: P(draft i accepted)), tokens per target forward (every forward)"
 
 _LEAN_LEGEND = """\
 lean          a minimal speculative loop in plain transformers (same rounds as ours, no trace, no checks);

@@ -2,21 +2,21 @@
 
 Acceptance uses the library's one vocabulary (`specdec_lib.core.trace`'s docstring): **alpha** (per-token acceptance,
 accepted / examined drafts), **acceptance rate** (accepted / drafted), **mean acceptance length** (tokens per
-verification round, the prefill excluded) and **per-position acceptance** (P(draft i accepted)).
+verification round, rounds that drafted nothing excluded) and **per-position acceptance** (P(draft i accepted)).
 
 Our rows (``speculative``, ``speculative-cross``) take all four from the traces of the first timed pass, the
 rounds of every prompt pooled into one `Trace` (`pooled_trace`) and read by the trace functions themselves
 (`per_token_acceptance`, `acceptance_rate`, `mean_acceptance_length`, `per_position_acceptance`,
 `tokens_per_target_forward`); their ``alpha_from`` is ``"trace"``. Further, for our speculative rows:
 
-- **c** (draft cost / target cost) comes from the same timed traces: median over rounds of
+- **c** (draft cost / target cost) comes from the same timed traces: median over rounds after the first of
   ``draft_time / draft_forwards`` (what one drafted token really costs our loop, proposing and bookkeeping
-  included), over the median ``verify_time`` of the baseline's decoding rounds (one target forward per token,
-  prefill excluded). It is measured in the same interleaved runs, so it sees the same machine load;
+  included), over the median ``verify_time`` of the baseline's rounds after its first (one target forward per
+  token; a first round also reads the prompt). It is measured in the same interleaved runs, so it sees the same machine load;
 - **predicted** is `theory.expected_speedup(alpha, gamma, c)`. measured / predicted below 1 is the cost the model
   ignores: verifying gamma + 1 positions costs more than one, and Python bookkeeping;
 - **verify_cost** (JSON details) is that first cost, measured the same way: the median ``verify_time`` of our rounds
-  that verified a full draft of gamma tokens, over the baseline's median one-token round. ``predicted_with_verify``
+  after the first that verified a full draft of gamma tokens, over the baseline's median one-token round. ``predicted_with_verify``
   is `theory.expected_speedup(alpha, gamma, c, verify_cost)` and ``measured_over_predicted_with_verify`` the
   measured speed-up over it: what is left is bookkeeping and the deviation of real acceptance from i.i.d.;
 - **over_lean** (``speculative`` only, greedy): per repeat, our seconds over the ``lean`` loop's seconds at the same
@@ -172,33 +172,35 @@ def _count_numbers(runs: list[Run], counts: dict[str, int], method: Method) -> d
 
 
 def _baseline_forward_seconds(runs: list[list[Run]]) -> float | None:
-    """Median seconds of one target forward of the baseline: its decoding rounds (prefill excluded)."""
+    """Median seconds of one target forward of the baseline: its rounds after the first (the prompt's forward)."""
     times = [record.verify_time for repeat in runs for run in repeat if run.result for record in run.result.trace.rounds[1:]]
     return _median(times)
 
 
 def _draft_token_seconds(runs: list[list[Run]]) -> float | None:
-    """Median over our rounds of draft time per draft forward (what one drafted token costs, bookkeeping included)."""
+    """Median over our rounds after the first of draft time per draft forward (what one drafted token costs,
+    bookkeeping included)."""
     times = [
         record.draft_time / record.draft_forwards
         for repeat in runs
         for run in repeat
         if run.result
-        for record in run.result.trace.rounds
+        for record in run.result.trace.rounds[1:]  # the first round's drafting also reads the prompt
         if record.draft_forwards > 0
     ]
     return _median(times)
 
 
 def _verify_seconds(runs: list[list[Run]], gamma: int) -> float | None:
-    """Median ``verify_time`` of our rounds that verified a full draft of ``gamma`` tokens (None: no such round)."""
+    """Median ``verify_time`` of our rounds after the first that verified a full draft of ``gamma`` tokens (None: no
+    such round)."""
     times = [
         record.verify_time
         for repeat in runs
         for run in repeat
         if run.result
-        for record in run.result.trace.rounds
-        if record.kind != "prefill" and record.drafted == gamma
+        for record in run.result.trace.rounds[1:]  # the first round's forward also reads the prompt
+        if record.drafted == gamma
     ]
     return _median(times)
 

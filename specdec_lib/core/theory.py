@@ -103,8 +103,8 @@ def optimal_gamma(alpha: float, c: float, max_gamma: int = 16, verify_costs: Seq
 
 def alpha_from_tokens_per_round(tokens_per_round: float, gamma: int) -> float:
     """Invert `expected_tokens_per_round`: the alpha under which rounds of ``gamma`` drafts average
-    ``tokens_per_round`` tokens (e.g. `tokens_per_target_forward` of a trace; its prefill round and shortened
-    final rounds bias it slightly low). Solved by bisection, the function being increasing in alpha.
+    ``tokens_per_round`` tokens (e.g. `tokens_per_target_forward` of a trace; its rounds that drafted nothing and
+    shortened final rounds bias it slightly low). Solved by bisection, the function being increasing in alpha.
     """
     _check_gamma(gamma)
     if gamma == 0:

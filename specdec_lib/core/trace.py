@@ -20,8 +20,8 @@ Vocabulary (used the same way in code, notebooks and plots):
 
 With independent acceptance at rate α and γ drafts per round, mean acceptance length is
 ``(1 - α^(γ+1)) / (1 - α)`` and per-position acceptance ``α^i``; acceptance rate is lower than α whenever drafts
-are wasted after a rejection. `tokens_per_target_forward` (all new tokens / all target forwards, the prefill
-included) is a fifth, different number: what the whole generation got per expensive step.
+are wasted after a rejection. `tokens_per_target_forward` (all new tokens / all target forwards, those that verified
+no draft included) is a fifth, different number: what the whole generation got per expensive step.
 
 The metric functions are pure (a trace in, numbers out), so they can be tested on hand-made traces. A trace is
 written beside the decode loop by `specdec_lib.core.recording.Recorder`; the result that carries one trace per
@@ -173,7 +173,7 @@ def per_position_acceptance(trace: Trace) -> list[float]:
 
 def mean_acceptance_length(trace: Trace) -> float | None:
     """**Mean acceptance length**: ``1 + sum(accepted) / verification rounds``, over the rounds that verified at least
-    one draft (the prefill and empty drafts excluded; vLLM's convention). Between 1 and γ + 1; what the theory's
+    one draft (rounds that drafted nothing excluded; vLLM's convention). Between 1 and γ + 1; what the theory's
     ``expected_tokens_per_round`` predicts. None if nothing was drafted."""
     verified = [record for record in trace.rounds if record.drafted > 0]
     if not verified:
@@ -184,7 +184,8 @@ def mean_acceptance_length(trace: Trace) -> float | None:
 def tokens_per_target_forward(trace: Trace) -> float | None:
     """All new tokens per target forward, ``sum(emitted) / rounds`` (1.0 for the baseline); None if no rounds.
 
-    The prefill and the rounds that drafted nothing are included, so this is *below* the mean acceptance length
+    The rounds that drafted nothing (a prefill without drafts, a last round with one token left) are included, so
+    this is at most the mean acceptance length
     (`mean_acceptance_length`); it is what the whole generation got per expensive step, the speed-up speculative
     decoding would give if drafting and verifying several tokens were free.
     """

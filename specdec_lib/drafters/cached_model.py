@@ -95,7 +95,8 @@ class CachedModel:
             for b, ids in enumerate(pending):
                 block[b, width - ids.shape[0]:] = ids
             counts = torch.tensor([ids.shape[0] for ids in pending], device=self.ids.device)
-            valid = torch.arange(width, device=self.ids.device) >= width - counts[:, None]  # [B, P]
+            valid = (None if all(ids.shape[0] == width for ids in pending)  # no holes: copies of one prompt read once
+                     else torch.arange(width, device=self.ids.device) >= width - counts[:, None])  # [B, P]
             logits, _ = self.rows.forward(block, valid, logits_to_keep=1)
         for b, ids in enumerate(pending):
             self._append(b, ids)

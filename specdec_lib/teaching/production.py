@@ -263,8 +263,8 @@ def vllm_counters(trace: Trace, num_speculative_tokens: int | None = None) -> di
 
     vLLM counts, per round that drafted (``num_drafts``), the drafted and accepted tokens, and for each draft
     position i = 0 .. k-1 the rounds whose first i + 1 drafts were all accepted (``num_accepted_tokens_per_pos``,
-    length ``num_speculative_tokens``, default the longest draft in the trace). The prefill and rounds that drafted
-    nothing do not count, as in `specdec_lib.core.trace.mean_acceptance_length`.
+    length ``num_speculative_tokens``, default the longest draft in the trace). Rounds that drafted nothing do not
+    count, as in `specdec_lib.core.trace.mean_acceptance_length`.
     """
     rounds = [record for record in trace.rounds if record.drafted > 0]
     k = num_speculative_tokens if num_speculative_tokens is not None else max((r.drafted for r in rounds), default=0)

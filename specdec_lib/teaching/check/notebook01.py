@@ -8,7 +8,7 @@ and the measured one, grounded prompts counted and predicted.
   ``(c, v)`` in steps of the target alone, from hand-made traces, against the check's own computation;
 - ``forwards_saved(forwards_saved)``: target forwards saved over the target alone, on hand-made traces;
   ``grounded_prompts(expected_forwards)``: the target forwards that independent acceptance predicts for one
-  generation, the prefill and the shortened last rounds included, against the check's own recursion.
+  generation, the shortened last rounds included, against the check's own recursion.
 """
 
 from __future__ import annotations
@@ -162,13 +162,14 @@ def my_expected_speedup(learner: Any) -> CheckReport:
 
 
 def _step(alone_rounds: list[RoundRecord]) -> float:
-    """The target alone's step in its own loop: the median ``verify_time`` of its rounds after the prefill."""
-    return statistics.median(record.verify_time for record in alone_rounds if record.kind != "prefill")
+    """The target alone's step in its own loop: the median ``verify_time`` of its rounds (after each run's first)."""
+    return statistics.median(record.verify_time for record in alone_rounds)
 
 
 def _loop_costs(gamma: int, rounds: list[RoundRecord], alone_rounds: list[RoundRecord]) -> tuple[float, float]:
     """``(c, v)`` as the bench measures them: the median draft time per draft forward over the rounds that drafted,
-    and the median verify time of the rounds that verified a full draft of ``gamma``, both over `_step`."""
+    and the median verify time of the rounds that verified a full draft of ``gamma``, both over `_step`. The
+    rounds come after each run's first: its drafting and its verification also read the prompt (a prefill each)."""
     step = _step(alone_rounds)
     c = statistics.median(r.draft_time / r.draft_forwards for r in rounds if r.draft_forwards > 0) / step
     v = statistics.median(r.verify_time for r in rounds if r.drafted == gamma) / step
@@ -176,25 +177,21 @@ def _loop_costs(gamma: int, rounds: list[RoundRecord], alone_rounds: list[RoundR
 
 
 def _timed(rounds: list[tuple[int, float, float]], kind: str = "recovered") -> list[RoundRecord]:
-    """Hand-made rounds from ``(drafted, draft ms, verify ms)``: a prefill first (drafting nothing, its verify time the
-    prompt's forward), then one round each; a round that drafted nothing is a plain target step. Times in seconds."""
-    records = [RoundRecord(0, 0, 1, 0.0, rounds[0][2] / 1e3, 0, kind="prefill")]
-    for drafted, draft_ms, verify_ms in rounds[1:]:
-        records.append(RoundRecord(drafted, min(1, drafted), min(1, drafted) + 1, draft_ms / 1e3, verify_ms / 1e3,
-                                   drafted, kind=kind if drafted else "target"))
-    return records
+    """Hand-made rounds after a run's first, from ``(drafted, draft ms, verify ms)``, one round each; a round that
+    drafted nothing is a plain target step. Times in seconds."""
+    return [RoundRecord(drafted, min(1, drafted), min(1, drafted) + 1, draft_ms / 1e3, verify_ms / 1e3, drafted,
+                        kind=kind if drafted else "target") for drafted, draft_ms, verify_ms in rounds]
 
 
 def _loop_cases() -> list[Case]:
     """Hand-made traces of speculative runs and of the target alone; expected: `_loop_costs`."""
-    alone = _timed([(0, 0.0, 58.0)] + [(0, 0.0, ms) for ms in (10.0, 10.6, 10.2, 10.4, 10.8)])
-    full = _timed([(0, 0.0, 61.0), (4, 4.0, 13.0), (4, 4.4, 14.0), (4, 4.8, 13.6), (4, 4.2, 12.8)])
-    shortened = _timed([(0, 0.0, 61.0), (4, 4.0, 13.0), (4, 4.4, 14.2), (4, 4.8, 13.6), (2, 2.6, 11.6),
-                        (0, 0.05, 10.5)])
-    busy_alone = _timed([(0, 0.0, 57.0)] + [(0, 0.0, ms) for ms in (10.0, 10.2, 31.0, 10.1)])
-    busy = _timed([(0, 0.0, 60.0), (2, 1.8, 11.9), (2, 1.9, 12.1), (2, 6.0, 30.5), (2, 2.0, 12.4), (2, 1.84, 12.0)])
-    six = _timed([(0, 0.0, 64.0), (6, 9.0, 17.5), (6, 9.6, 16.9), (6, 8.4, 16.4), (5, 7.5, 15.2)])
-    cases = [("four full rounds of gamma = 4 after the prefill", 4, full, alone),
+    alone = _timed([(0, 0.0, ms) for ms in (10.0, 10.6, 10.2, 10.4, 10.8)])
+    full = _timed([(4, 4.0, 13.0), (4, 4.4, 14.0), (4, 4.8, 13.6), (4, 4.2, 12.8)])
+    shortened = _timed([(4, 4.0, 13.0), (4, 4.4, 14.2), (4, 4.8, 13.6), (2, 2.6, 11.6), (0, 0.05, 10.5)])
+    busy_alone = _timed([(0, 0.0, ms) for ms in (10.0, 10.2, 31.0, 10.1)])
+    busy = _timed([(2, 1.8, 11.9), (2, 1.9, 12.1), (2, 6.0, 30.5), (2, 2.0, 12.4), (2, 1.84, 12.0)])
+    six = _timed([(6, 9.0, 17.5), (6, 9.6, 16.9), (6, 8.4, 16.4), (5, 7.5, 15.2)])
+    cases = [("four full rounds of gamma = 4", 4, full, alone),
              ("gamma = 4 with a shortened last round and a final round that drafted nothing", 4, shortened, alone),
              ("gamma = 2, one round and one step of the target alone slowed by a busy moment", 2, busy, busy_alone),
              ("gamma = 6, a shortened round among three full ones", 6, six, alone)]
@@ -203,15 +200,15 @@ def _loop_cases() -> list[Case]:
 
 
 def _mean_costs(gamma: int, rounds: list[RoundRecord], alone_rounds: list[RoundRecord]) -> tuple[float, float]:
-    step = statistics.mean(record.verify_time for record in alone_rounds if record.kind != "prefill")
+    step = statistics.mean(record.verify_time for record in alone_rounds)
     c = statistics.mean(r.draft_time / r.draft_forwards for r in rounds if r.draft_forwards > 0) / step
     return c, statistics.mean(r.verify_time for r in rounds if r.drafted == gamma) / step
 
 
 LOOP_MISTAKES = [
     (lambda gamma, rounds, alone: tuple(x * _step(alone) for x in _loop_costs(gamma, rounds, alone)),
-     "those are seconds: divide both by the target alone's step (the median verify_time of its rounds after the "
-     "prefill), so that c and v are in the theory's unit, target forwards."),
+     "those are seconds: divide both by the target alone's step (the median verify_time of its rounds), so that c "
+     "and v are in the theory's unit, target forwards."),
     (lambda gamma, rounds, alone: (statistics.median(r.draft_time for r in rounds if r.draft_forwards > 0)
                                    / _step(alone), _loop_costs(gamma, rounds, alone)[1]),
      "your c is a whole round's drafting: divide each round's draft_time by its draft_forwards, since the theory's c "
@@ -220,18 +217,13 @@ LOOP_MISTAKES = [
                                    / _step(alone), _loop_costs(gamma, rounds, alone)[1]),
      "a shortened round drafted fewer than gamma tokens: divide each round's draft_time by its own draft_forwards, "
      "not by gamma."),
-    (lambda gamma, rounds, alone: tuple(x * _step(alone) / statistics.median(r.verify_time for r in alone)
-                                        for x in _loop_costs(gamma, rounds, alone)),
-     "the step of the target alone leaves out its first round, the prefill: the prompt's forward costs far more "
-     "than one step of decoding."),
     (lambda gamma, rounds, alone: (_loop_costs(gamma, rounds, alone)[0],
                                    statistics.median(r.verify_time for r in rounds if r.drafted > 0) / _step(alone)),
      "v is the cost of verifying a full draft of gamma tokens: a shortened round verifies fewer and costs less, so "
      "count only the rounds with drafted == gamma."),
     (lambda gamma, rounds, alone: (_loop_costs(gamma, rounds, alone)[0],
                                    statistics.median(r.verify_time for r in rounds) / _step(alone)),
-     "v counts the rounds that verified a full draft only: the prefill (the prompt's forward) and a final round "
-     "that drafted nothing verify no draft."),
+     "v counts the rounds that verified a full draft only: a final round that drafted nothing verifies no draft."),
     (_mean_costs,
      "that is the mean. Take the median, as the bench does: one round slowed by a busy moment of the machine moves "
      "a mean, not a median."),
@@ -268,13 +260,13 @@ def _judge_loop(case: Case, got: Any, learner: Any = None) -> str | None:
                 "measurement: take the median verify_time of the rounds that verified a full draft.")
     return mismatch(case.expected, pair, hint or (
         "c = median over the rounds that drafted of draft_time / draft_forwards, v = median verify_time of the rounds "
-        "with drafted == gamma, both divided by the target alone's step (median verify_time after its prefill)."))
+        "with drafted == gamma, both divided by the target alone's step (the median verify_time of its rounds)."))
 
 
 def best_gamma_gap(learner: Any) -> CheckReport:
     """Check ``loop_costs(gamma, rounds, alone_rounds) -> (c, v)``: the draft forward's and the verification's cost
-    measured inside the loop, in steps of the target alone, on hand-made traces (the prefill, shortened rounds and a
-    busy moment included)."""
+    measured inside the loop, in steps of the target alone, on hand-made rounds after each run's first (shortened
+    rounds and a busy moment included)."""
     return run_cases("best_gamma_gap", learner, _loop_cases(), lambda case, got: _judge_loop(case, got, learner))
 
 
@@ -282,10 +274,9 @@ def best_gamma_gap(learner: Any) -> CheckReport:
 
 
 def _run(rounds: list[tuple[int, int, str]], prompt_length: int = 5) -> GenerationResult:
-    """A hand-made generation: a prefill round, then ``(drafted, accepted, kind)`` rounds (no timings)."""
-    records = [RoundRecord(0, 0, 1, 0.0, 0.0, 0, kind="prefill")]
-    records += [RoundRecord(drafted, accepted, accepted + 1, 0.0, 0.0, drafted, kind=kind)
-                for drafted, accepted, kind in rounds]
+    """A hand-made generation of ``(drafted, accepted, kind)`` rounds (no timings); the first reads the prompt."""
+    records = [RoundRecord(drafted, accepted, accepted + 1, 0.0, 0.0, drafted, kind=kind)
+               for drafted, accepted, kind in rounds]
     new = sum(record.emitted for record in records)
     sequence = torch.arange(prompt_length + new).view(1, -1) % 7  # [1, T + N]: the ids do not matter here
     trace = Trace(start_time=0.0, token_times=[0.0] * new, rounds=records)
@@ -296,9 +287,9 @@ def _forwards_cases() -> list[Case]:
     """Lists of hand-made generations; expected: new tokens (one target forward each alone) minus rounds."""
     speculative = _run([(4, 2, "recovered"), (4, 4, "bonus"), (4, 0, "recovered"), (3, 3, "bonus")])
     shortened = _run([(4, 1, "recovered"), (4, 3, "recovered"), (2, 2, "bonus")], prompt_length=9)
-    alone = _run([(0, 0, "target")] * 6)
+    alone = _run([(0, 0, "prefill")] + [(0, 0, "target")] * 5)
     rejected = _run([(4, 0, "recovered")] * 3)
-    cases = [("one speculative run (14 new tokens, 5 target forwards)", [speculative]),
+    cases = [("one speculative run (13 new tokens, 4 target forwards)", [speculative]),
              ("two runs: the savings add up", [speculative, shortened]),
              ("the target alone: nothing saved", [alone]),
              ("every first draft rejected: nothing saved", [rejected, alone])]
@@ -318,8 +309,8 @@ def _judge_forwards(case: Case, got: Any) -> str | None:
         return mismatch(case.expected, value, "that is how many target forwards speculative decoding used; the saving "
                                               "is the target alone's forwards (one per new token) minus those.")
     if close(value, case.expected + len(runs)):
-        return mismatch(case.expected, value, "the prefill is a target forward too: count every round of the trace, "
-                                              "the first one (kind 'prefill') included.")
+        return mismatch(case.expected, value, "the first round is a target forward too: count every round of the "
+                                              "trace, the first one included.")
     if new and close(value, case.expected / new):
         return mismatch(case.expected, value, "that is the share saved; return the number of forwards (the share is "
                                               "saved / forwards alone).")
@@ -354,20 +345,20 @@ def _expected_rounds(alpha: float, gamma: int, tokens: int, exactly=_exactly) ->
 
 
 def _expected_forwards(alpha: float, gamma: int, new_tokens: int) -> float:
-    """The prefill (one forward, one token), then the rounds of `_expected_rounds` for the other tokens."""
-    return 1 + _expected_rounds(alpha, gamma, new_tokens - 1)
+    """The rounds of `_expected_rounds` for every new token: the first round drafts too (the prompt's forward
+    verifies its drafts), one target forward each."""
+    return _expected_rounds(alpha, gamma, new_tokens)
 
 
 FORWARDS_MISTAKES = [
     (lambda alpha, gamma, new: new / expected_tokens_per_round(alpha, gamma),
-     "that divides the tokens by the theory's tokens per round: it forgets that the prefill emits a single token, "
-     "and that the last rounds draft fewer (k = min(γ, tokens left − 1)), so they emit fewer."),
-    (lambda alpha, gamma, new: 1 + (new - 1) / expected_tokens_per_round(alpha, gamma),
-     "the prefill is right, but the last rounds draft fewer tokens, k = min(γ, tokens left − 1), so they emit fewer "
-     "than a full round: follow the tokens left with a recursion over them."),
-    (lambda alpha, gamma, new: _expected_rounds(alpha, gamma, new),
-     "the first forward is the prefill: it drafts nothing and emits one token, and the rounds start after it."),
-    (lambda alpha, gamma, new: 1 + _expected_rounds(alpha, gamma, new - 1, lambda a, n, k: a**n),
+     "that divides the tokens by the theory's tokens per round: it forgets that the last rounds draft fewer "
+     "(k = min(γ, tokens left − 1)), so they emit fewer than a full round: follow the tokens left with a recursion "
+     "over them."),
+    (lambda alpha, gamma, new: 1 + _expected_rounds(alpha, gamma, new - 1),
+     "there is no separate prefill: the first round drafts from the prompt and the prompt's forward verifies its "
+     "drafts, so every forward is a round of the recursion."),
+    (lambda alpha, gamma, new: _expected_rounds(alpha, gamma, new, lambda a, n, k: a**n),
      "α^n is the chance that the first n drafts are accepted, not that exactly n are: exactly n (n < k) also needs "
      "draft n + 1 rejected, α^n (1 − α); all k accepted has chance α^k."),
 ]
@@ -378,7 +369,7 @@ def _expected_forwards_cases() -> list[Case]:
     triples = [("alpha 0.75, gamma 4, 48 new tokens (about the notebook's runs)", 0.75, 4, 48),
                ("alpha 0: every round emits one token", 0.0, 4, 10),
                ("alpha 1: every draft accepted", 1.0, 4, 12),
-               ("a single new token: the prefill alone", 0.6, 3, 1),
+               ("a single new token: one round that drafts nothing", 0.6, 3, 1),
                ("gamma 1, 20 new tokens", 0.8, 1, 20),
                ("gamma 8 longer than the generation's 6 tokens", 0.5, 8, 6)]
     return [Case(name, (a, g, n), _expected_forwards(a, g, n)) for name, a, g, n in triples]
@@ -404,12 +395,12 @@ def _judge_expected_forwards(case: Case, got: Any, learner: Any = None) -> str |
         hint = ("close, but the check wants the exact expectation: a simulation only approximates it. Write the "
                 "recursion over the tokens left.")
     return mismatch(case.expected, value, hint or (
-        "forwards = 1 (the prefill) + F(new_tokens − 1), where F(r) = 1 + Σ_{n<k} α^n (1 − α) F(r − n − 1) + "
+        "forwards = F(new_tokens), where F(r) = 1 + Σ_{n<k} α^n (1 − α) F(r − n − 1) + "
         "α^k F(r − k − 1) with k = min(γ, r − 1), and F(0) = 0."))
 
 
 def grounded_prompts(learner: Any) -> CheckReport:
     """Check ``expected_forwards(alpha, gamma, new_tokens) -> float``: the target forwards that rounds of independent
-    acceptance need for one generation, the prefill and the shortened last rounds included."""
+    acceptance need for one generation, the shortened last rounds included."""
     return run_cases("grounded_prompts", learner, _expected_forwards_cases(),
                      lambda case, got: _judge_expected_forwards(case, got, learner))

@@ -212,13 +212,11 @@ def embedded_pair() -> ModelPair:
 def reference_loop(input_ids: torch.Tensor, gamma: int, max_new_tokens: int, *, draft_rollback: bool = True,
                    target_rollback: bool = True) -> tuple[list[int], int]:
     """The notebook's two-cache greedy loop (section 3) with each cache's rollback switched on or off: the new
-    tokens and the target's forwards (the prefill and one per round)."""
+    tokens and the target's forwards (one per round; the first round's reads the prompt and verifies its drafts)."""
     pair = embedded_pair()
     target, draft = pair.target, pair.draft
     t_cache, d_cache = new_cache(target), new_cache(draft)
-    logits = forward_with_cache(target, input_ids, t_cache, logits_to_keep=1)
-    sequence = torch.cat([input_ids, logits[0, -1].argmax().view(1, 1)], dim=1)
-    draft_read, forwards = 0, 1
+    sequence, draft_read, forwards = input_ids, 0, 0
     while sequence.shape[1] - input_ids.shape[1] < max_new_tokens:
         length = sequence.shape[1]
         k = min(gamma, max_new_tokens - (length - input_ids.shape[1]) - 1)
@@ -228,7 +226,8 @@ def reference_loop(input_ids: torch.Tensor, gamma: int, max_new_tokens: int, *, 
             drafts.append(int(token))
             step = token.view(1, 1)
         draft_tokens = torch.tensor(drafts, dtype=torch.long, device=input_ids.device)
-        block = torch.cat([sequence[:, -1:], draft_tokens.view(1, -1)], dim=1)
+        unread = sequence if length == input_ids.shape[1] else sequence[:, -1:]  # the prompt in round 1, then x_L
+        block = torch.cat([unread, draft_tokens.view(1, -1)], dim=1)
         logits = forward_with_cache(target, block, t_cache, logits_to_keep=k + 1)[0]
         forwards += 1
         verdict = verify_greedy(logits, draft_tokens)
@@ -276,7 +275,7 @@ def _judge_rollback(case: Case, got: Any) -> str | None:
     tokens, forwards = _reference(prompt_id, gamma, draft_rollback)
     if not (isinstance(got, tuple) and len(got) == 2):
         return (f"Expected a pair (new tokens, target forwards), got {describe(got)}.\nHint: return "
-                "sequence[0, input_ids.shape[1]:].tolist() and the number of target forwards, prefill included.")
+                "sequence[0, input_ids.shape[1]:].tolist() and the number of target forwards, one per round.")
     mine, count = _as_tokens(got[0]), got[1]
     if mine is None or not is_number(count):
         return f"Expected (a list of token ids, a number of forwards), got {describe(got)}."
@@ -304,12 +303,13 @@ def _judge_rollback(case: Case, got: Any) -> str | None:
         return mismatch(forwards, count, "that is the count of the loop that rolls both caches back: with "
                                          "draft_rollback=False the draft's cache must keep its rejected drafts (skip "
                                          "crop_cache(d_cache, ...)); the target's is still cropped.")
-    if count == forwards - 1:
-        return mismatch(forwards, count, "count the prefill too: it is a target forward, before the first round.")
+    if count == forwards + 1:
+        return mismatch(forwards, count, "there is no forward before the first round: its forward reads the prompt "
+                                         "and verifies the first drafts, so count one forward per round.")
     if count == len(tokens):
-        return mismatch(forwards, count, "that is the number of new tokens; count the target's forwards (the "
-                                         "prefill, then one per round).")
-    return mismatch(forwards, count, "count one forward for the prefill and one per round of the loop.")
+        return mismatch(forwards, count, "that is the number of new tokens; count the target's forwards, one per "
+                                         "round.")
+    return mismatch(forwards, count, "count one target forward per round of the loop, the first included.")
 
 
 def forget_draft_rollback(learner: Any) -> CheckReport:
