@@ -69,7 +69,8 @@ def test_the_estimate_falls_in_the_reviewers_range(notebook):
     low, high = lt.REVIEWED_MINUTES[notebook]
     reviewed = lt.REVIEWED_CONTENT[notebook]
     assert low <= reviewed.minutes <= high, (f"{reviewed.name}: {reviewed.minutes} min, the reviewer's walkthrough "
-                                             f"took {low}-{high}: recalibrate the constants of specdec_tools/learner_time.py")
+                                             f"took {low}-{high}: recalibrate the constants of "
+                                             "specdec_tools/learner_time.py")
     (today,) = [c for c in lt.estimates() if c.name == reviewed.name]
     assert today.words >= 0.9 * reviewed.words and today.build_exercises >= reviewed.build_exercises
 
