@@ -459,7 +459,7 @@ def main(argv):
     if command == "course":
         return run(python, ["-m", "specdec_lib", "course"] + rest)
     if command == "site":
-        return run(python, ["-m", "specdec_lib", "site", "--out", os.path.join("build", "site")] + rest)
+        return run(python, ["-m", "specdec_tools", "site", "--out", os.path.join("build", "site")] + rest)
     if command == "test":
         return run_tests(python, list(TEST_COMMAND) + rest, TEST_ENVIRONMENT)
     return run_tests(python, list(BF16_COMMAND) + rest, dict(TEST_ENVIRONMENT, SPECDEC_DTYPE="bfloat16"))

@@ -33,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 FAST_SUITE = ["-m", "not slow", "tests"]
 TIMEOUT = 900  # seconds one pytest run may take: a mutant that makes a loop spin forever is reported, not waited on
-COPIED = ["specdec_lib", "tests", "course", "scripts", "pyproject.toml", "README.md", "environment.yml"]
+COPIED = ["specdec_lib", "specdec_tools", "tests", "course", "scripts", "pyproject.toml", "README.md", "environment.yml"]
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,9 @@
 
 The notebooks in ``course/`` import what they need from here. The packages below it, by job (docs/library.md's layout
 table): ``core`` (the algorithm: the round engine, verification, caches, sampling, the result type, theory),
-``drafters`` (every drafter behind one interface), ``bench`` (measurement), ``teaching`` (what only the course
-needs) and ``training`` (reproducing the embedded models); `decoders`, `loading` and `prompts` are the entry points.
+``drafters`` (every drafter behind one interface), ``bench`` (measurement) and ``teaching`` (what only the course
+needs); `decoders`, `loading` and `prompts` are the entry points. What only a maintainer runs (training the embedded
+models, the site, the learner-time table, the load test against a server) is ``specdec_tools``, beside it.
 """
 from .core.devices import COURSE_THREADS, course_setup, describe_device, get_device, seed_everything, synchronize
 from .core.numerics import get_dtype, near_tie_tolerance, same_up_to_rounding

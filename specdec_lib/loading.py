@@ -2,7 +2,7 @@
 
 The embedded models live in ``data/models/<name>/`` at the repository root, in standard transformers format
 (config.json, fp16 model.safetensors, tokenizer.json + tokenizer_config.json, a README.md model card), so
-``from_pretrained(path)`` loads them like any hub model. They are reproduced by ``python -m specdec_lib train``.
+``from_pretrained(path)`` loads them like any hub model. They are reproduced by ``python -m specdec_tools train``.
 
 A *pair* is what speculative decoding needs: a large target and a small draft. `PRESETS` names every pair;
 hub presets download real models and are meant for learners with internet (and ideally a GPU).
@@ -97,7 +97,7 @@ def _check_model_folder(folder: Path) -> None:
     """Raise `ModelNotFoundError` unless ``folder`` holds a complete model whose weights were downloaded."""
     fix = (
         "Fetch it with `git lfs pull` (or re-clone the repository with Git LFS installed), "
-        "or retrain it with `python -m specdec_lib train`."
+        "or retrain it with `python -m specdec_tools train`."
     )
     if not folder.is_dir():
         raise ModelNotFoundError(f"Model folder {folder} does not exist. {fix}")

@@ -28,11 +28,16 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .core.paths import data_dir
 from .core.validation import check_count
 
-__all__ = ["Prompt", "TASKS", "REQUIRED_KEYS", "load_prompts", "prompts_dir"]
+if TYPE_CHECKING:
+    import torch
+    from transformers import PreTrainedTokenizerBase
+
+__all__ = ["Prompt", "TASKS", "REQUIRED_KEYS", "encode_prompts", "load_prompts", "prompts_dir"]
 
 #: The prompt sets, in the order :func:`load_prompts` returns them.
 TASKS: tuple[str, ...] = ("code", "prose", "grounded")
@@ -165,3 +170,8 @@ def load_prompts(task: str | None = None, *, limit: int | None = None) -> list[P
         prompts = _read_task(name, seen)
         result.extend(prompts if limit is None else prompts[:limit])
     return result
+
+
+def encode_prompts(tokenizer: PreTrainedTokenizerBase, texts: list[str], device: torch.device) -> list[torch.Tensor]:
+    """Each text as LongTensor[1, T] on ``device``."""
+    return [tokenizer(text, return_tensors="pt").input_ids.to(device) for text in texts]

@@ -37,7 +37,7 @@ def one_thread():
 def quick_family(tmp_path_factory) -> tuple[Path, dict]:
     """A family trained by the training command's QUICK spec (seconds, not hours) and its training report, once per
     worker: ``(folder, report)``. Read-only: a test that changes the family works on a ``shutil.copytree``."""
-    from specdec_lib.training.cli import QUICK, train_family
+    from specdec_tools.training.cli import QUICK, train_family
 
     out = tmp_path_factory.mktemp("models")
     report = train_family(QUICK, out, tmp_path_factory.mktemp("work"))

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from specdec_lib import load_prompts
+from specdec_lib.prompts import encode_prompts
 from specdec_lib.bench.cli import load_cross_pair
 from specdec_lib.bench.drafters import (
     DEFAULT_GAMMAS,
@@ -28,7 +29,6 @@ from specdec_lib.bench.drafters import (
 from specdec_lib.bench.hf import HFAssisted
 from specdec_lib.bench.methods import GenerationSpec
 from specdec_lib.core.errors import ConfigError
-from specdec_lib.training.measure import encode_prompts
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""The draft's fresh-text phase (specdec_lib.training.cached_teacher): the cached teacher is the teacher, the top-k KL
+"""The draft's fresh-text phase (specdec_tools.training.cached_teacher): the cached teacher is the teacher, the top-k KL
 is the KL where it keeps every token, training on it pulls the draft towards the target, and the command that
 applies the phase to a shipped draft runs once and records it."""
 import json
@@ -8,13 +8,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from specdec_lib.training.cli import QUICK
-from specdec_lib.training.cli import main as train_main
-from specdec_lib.training.cached_teacher import (CachedTeacherSpec, distill_on_cached_teacher,
-                                                 sequences_of, teacher_top_k, top_k_kl)
-from specdec_lib.training.drafts import apply_fresh_text_to_shipped_draft
-from specdec_lib.training.model_training import ModelSpec, build_model
-from specdec_lib.training.target_text import TargetTextSpec, target_text_stream
+from specdec_tools.training.cli import QUICK
+from specdec_tools.training.cli import main as train_main
+from specdec_tools.training.cached_teacher import (CachedTeacherSpec, distill_on_cached_teacher,
+                                                   sequences_of, teacher_top_k, top_k_kl)
+from specdec_tools.training.drafts import apply_fresh_text_to_shipped_draft
+from specdec_tools.training.model_training import ModelSpec, build_model
+from specdec_tools.training.target_text import TargetTextSpec, target_text_stream
 
 VOCAB = 30
 

@@ -1,5 +1,6 @@
-"""Every dotted name the library's docstrings and the docs cite as `specdec_lib.x.y` exists: a reader who follows a
-reference lands somewhere (renamed or moved code leaves no stale pointer behind)."""
+"""Every dotted name the library's and the tools' docstrings and the docs cite as `specdec_lib.x.y` (or
+`specdec_tools.x.y`) exists: a reader who follows a reference lands somewhere (renamed or moved code leaves no stale
+pointer behind)."""
 
 import dataclasses
 import importlib
@@ -9,9 +10,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-CITED = re.compile(r"`(specdec_lib(?:\.[A-Za-z_][A-Za-z0-9_]*)+)`")
-SOURCES = sorted([*ROOT.glob("specdec_lib/**/*.py"), *ROOT.glob("docs/**/*.md"), *ROOT.glob("scripts/*.py"),
-                  ROOT / "README.md", ROOT / "course" / "glossary.md", ROOT / "course" / "teacher_guide.md"])
+CITED = re.compile(r"`(specdec_(?:lib|tools)(?:\.[A-Za-z_][A-Za-z0-9_]*)+)`")
+SOURCES = sorted([*ROOT.glob("specdec_lib/**/*.py"), *ROOT.glob("specdec_tools/**/*.py"), *ROOT.glob("docs/**/*.md"),
+                  *ROOT.glob("scripts/*.py"), ROOT / "README.md", ROOT / "course" / "glossary.md",
+                  ROOT / "course" / "teacher_guide.md"])
 
 
 def resolves(name: str) -> bool:
@@ -51,6 +53,8 @@ def test_every_cited_dotted_name_imports():
 @pytest.mark.parametrize("name, exists", [("specdec_lib.core.engine.generate", True),
                                           ("specdec_lib.core.trace.RoundRecord.drafted", True),
                                           ("specdec_lib.core.decoders", False),
-                                          ("specdec_lib.core.forward.crop_cache", False)])
+                                          ("specdec_lib.core.forward.crop_cache", False),
+                                          ("specdec_tools.serve_client.load_test", True),
+                                          ("specdec_tools.serve.format_table", False)])
 def test_the_resolver_tells_a_stale_name(name, exists):
     assert resolves(name) is exists

@@ -245,7 +245,7 @@ def test_model_check_missing_models_dir_is_a_fail_line(monkeypatch):
     line = out.getvalue().splitlines()[0]
     assert line.startswith("FAIL  model target")
     assert "FileNotFoundError: no embedded model at data/models/target" in line
-    assert "python -m specdec_lib train" in line
+    assert "python -m specdec_tools train" in line
 
 
 def test_model_check_with_the_real_loader_and_an_empty_data_dir(monkeypatch, tmp_path):
@@ -256,7 +256,7 @@ def test_model_check_with_the_real_loader_and_an_empty_data_dir(monkeypatch, tmp
     assert doctor.run_checks([doctor._model_check("target")], out=out) == 1
     line = out.getvalue().splitlines()[0]
     assert line.startswith("FAIL  model target")
-    assert "NotFound" in line and "python -m specdec_lib train" in line
+    assert "NotFound" in line and "python -m specdec_tools train" in line
 
 
 def test_model_check_when_the_models_module_is_missing(monkeypatch):
@@ -280,7 +280,7 @@ def test_a_drafter_check_fails_with_the_fix_when_its_folder_is_missing(monkeypat
     monkeypatch.setenv(DATA_DIR_ENV_VAR, str(tmp_path))
     result = doctor.check_target_drafter("heads")
     assert not result.ok and result.name == "model heads"
-    assert "python -m specdec_lib train" in result.detail
+    assert "python -m specdec_tools train" in result.detail
 
 
 # --------------------------------------------------------------------------- command line

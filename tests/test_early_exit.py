@@ -171,7 +171,7 @@ def test_the_exit_loss_ablation_runs_end_to_end():
     """`run_ablation` on the quick spec with the arguments ``--quick`` passes (tiny models, a corpus slice), at the
     session's one thread. The command itself trains at 2 threads, which on a busy 2-core machine costs 3 to 20 s of
     contended CPU instead of about 3: its wrapper (threads, JSON file) is run behind ``slow`` below."""
-    from specdec_lib.training import exit_ablation
+    from specdec_tools.training import exit_ablation
 
     assert_ablation_ran(exit_ablation.run_ablation(exit_ablation.QUICK, max_files=12, prompts=2, new_tokens=8,
                                                    gamma=2))
@@ -179,9 +179,9 @@ def test_the_exit_loss_ablation_runs_end_to_end():
 
 @pytest.mark.slow
 def test_the_exit_loss_ablation_command_runs_end_to_end(tmp_path):
-    """``python -m specdec_lib.training.exit_ablation --quick``: the JSON it writes, and the caller's thread count
+    """``python -m specdec_tools.training.exit_ablation --quick``: the JSON it writes, and the caller's thread count
     restored after its 2-thread training."""
-    from specdec_lib.training import exit_ablation
+    from specdec_tools.training import exit_ablation
 
     out = tmp_path / "ablation.json"
     threads = torch.get_num_threads()

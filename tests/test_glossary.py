@@ -6,8 +6,9 @@ The glossary is read as text (no kernel). Three promises are checked:
 - every ``glossary.md#id`` link in a notebook or markdown file of ``course/`` (and every ``#id`` link inside the
   glossary) points to an anchor that exists, and every notebook the glossary names exists;
 - every name in backticks on a **Library** line imports: a dotted ``specdec_lib...`` path (module, attribute, or a
-  dataclass field), a bare name of ``specdec_lib``'s public namespace, or a ``"quoted"`` metric key of
-  ``summarize(result)`` or of the benchmarks' latency summary; anywhere else, a backticked ``specdec_lib.`` path too.
+  dataclass field; a ``specdec_tools...`` path for the maintainer's tools), a bare name of ``specdec_lib``'s public
+  namespace, or a ``"quoted"`` metric key of ``summarize(result)`` or of the benchmarks' latency summary; anywhere
+  else, a backticked ``specdec_lib.`` or ``specdec_tools.`` path too.
 """
 
 import importlib
@@ -66,9 +67,10 @@ def course_texts() -> dict[str, str]:
 
 
 def resolve(name: str) -> bool:
-    """Whether ``name`` (``specdec_lib.a.b.C.field`` or a bare public name of specdec_lib) exists."""
+    """Whether ``name`` (``specdec_lib.a.b.C.field``, a ``specdec_tools`` path, or a bare public name of specdec_lib)
+    exists."""
     parts = name.split(".")
-    if parts[0] != "specdec_lib":
+    if parts[0] not in ("specdec_lib", "specdec_tools"):
         return hasattr(specdec_lib, name) and not name.startswith("_")
     for split in range(len(parts), 0, -1):  # import the longest module prefix, then walk attributes
         try:
@@ -172,10 +174,11 @@ def test_every_library_name_it_cites_exists():
 
 
 def test_every_dotted_library_path_anywhere_exists():
-    names = {name for name in BACKTICKED.findall(glossary_text()) if name.startswith("specdec_lib.")}
+    names = {name for name in BACKTICKED.findall(glossary_text())
+             if name.startswith(("specdec_lib.", "specdec_tools."))}
     assert names
     missing = sorted(name for name in names if not resolve(name.split("(")[0]))
-    assert not missing, f"specdec_lib paths in the glossary that do not import: {missing}"
+    assert not missing, f"specdec_lib and specdec_tools paths in the glossary that do not import: {missing}"
 
 
 def test_the_library_lines_cite_something():

@@ -20,12 +20,12 @@ from specdec_lib.core.errors import ConfigError
 from specdec_lib.core.paths import data_dir
 from specdec_lib.decoders import autoregressive_generate
 from specdec_lib.drafters.eagle import EagleDrafter, EagleModule, eagle_architecture
-from specdec_lib.training.cli import main as train_main
-from specdec_lib.training.head_cards import render_head_card
+from specdec_tools.training.cli import main as train_main
+from specdec_tools.training.head_cards import render_head_card
 from specdec_lib.bench.profiling import TimedDrafter
-from specdec_lib.training.head_measure import draft_cost_ratios
-from specdec_lib.training.head_data import feature_data
-from specdec_lib.training.heads import QUICK, reproduce_command, train_heads
+from specdec_tools.training.head_measure import draft_cost_ratios
+from specdec_tools.training.head_data import feature_data
+from specdec_tools.training.heads import QUICK, reproduce_command, train_heads
 from specdec_lib.decoders import speculative_generate
 
 TARGET = data_dir() / "models" / "target"
@@ -112,7 +112,7 @@ def test_the_shipped_eagle_cards_show_c_beside_the_draft_models():
 
 
 def test_the_control_trains_eagle1_on_the_shipped_recipe(tmp_path):
-    from specdec_lib.training import eagle_ablation
+    from specdec_tools.training import eagle_ablation
 
     out = tmp_path / "ablation.json"
     eagle_ablation.main(["--control", "--quick", "--out", str(out)])
@@ -124,7 +124,7 @@ def test_the_control_trains_eagle1_on_the_shipped_recipe(tmp_path):
 
 
 def test_a_report_gives_back_the_spec_and_command_it_was_trained_with():
-    from specdec_lib.training import eagle_ablation
+    from specdec_tools.training import eagle_ablation
 
     report = json.loads((data_dir() / "models" / "eagle3" / "training_report.json").read_text())
     spec = eagle_ablation.spec_of(report)
@@ -136,7 +136,7 @@ def test_the_stored_control_matches_the_shipped_eagle3():
     """Retraining eagle3 without re-running the control would leave notebook 05 comparing another layer."""
     from dataclasses import asdict
 
-    from specdec_lib.training import eagle_ablation
+    from specdec_tools.training import eagle_ablation
 
     stored = json.loads((data_dir() / "models" / eagle_ablation.CONTROL_FILE).read_text())
     shipped = json.loads((data_dir() / "models" / "eagle3" / "training_report.json").read_text())

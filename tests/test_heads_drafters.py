@@ -11,7 +11,7 @@ the tests run them through `speculative_generate` only:
   are reproduced by both, and a variant of each that reports the untempered q is caught, with stated power;
 - the shipped folders load, stay small, and their cards are exactly what `render_head_card` renders from their JSON;
 - a model they were not trained for (a tiny model; the shipped draft model, whose shapes match) is refused;
-- ``python -m specdec_lib train heads --quick`` runs end to end into a temporary folder, and ``--measure-cost``
+- ``python -m specdec_tools train heads --quick`` runs end to end into a temporary folder, and ``--measure-cost``
   measures its EAGLE layer's c again, rewriting its report's cost (nothing else) and its card.
 """
 
@@ -49,10 +49,10 @@ from specdec_lib.core.errors import ConfigError, ContextOverflowError, ModelNotF
 from specdec_lib.prompts import TASKS
 from specdec_lib.core.sampling import GREEDY, SamplingConfig, logits_to_probs
 from specdec_lib.core.stats import bucket_counts, chi_square_gof, total_variation
-from specdec_lib.training.cli import main as train_main
-from specdec_lib.training.head_cards import render_head_card
-from specdec_lib.training.head_data import target_features
-from specdec_lib.training.heads import eagle_loss, medusa_loss
+from specdec_tools.training.cli import main as train_main
+from specdec_tools.training.head_cards import render_head_card
+from specdec_tools.training.head_data import target_features
+from specdec_tools.training.heads import eagle_loss, medusa_loss
 from specdec_lib.core.verify import residual_distribution
 
 GAMMAS = (1, 2, 4, 8)
@@ -375,12 +375,12 @@ def test_another_model_is_refused(shipped, embedded_pair, tiny_target):
     draft = embedded_pair.draft  # 192 wide with the target's 4096 ids: only the fingerprint differs
     for model in (tiny_target, draft):
         for loader in (load_heads, load_eagle):
-            with pytest.raises(ConfigError, match=r"trained for the target 'target'.*python -m specdec_lib train heads"):
+            with pytest.raises(ConfigError, match=r"trained for the target 'target'.*python -m specdec_tools train heads"):
                 loader(model)
     target = shipped[0]
     with pytest.raises(ConfigError, match="holds a 'eagle' drafter"):
         HeadsDrafter.load(default_eagle_folder(), target)
-    with pytest.raises(ModelNotFoundError, match="python -m specdec_lib train heads"):
+    with pytest.raises(ModelNotFoundError, match="python -m specdec_tools train heads"):
         EagleDrafter.load(default_heads_folder().parent / "no-such-folder", target)
 
 

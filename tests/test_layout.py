@@ -1,14 +1,19 @@
-"""The library's house rules, checked: no import cycles between its modules, no module over about 500 lines.
+"""The library's house rules, checked: no import cycles between its modules, no module over about 500 lines, and
+the library apart from the maintainer's tooling.
 
 An import cycle (kv_cache <-> modeling before core v2, dodged with an import deferred into a function) makes a
 module impossible to read or test on its own; a module of a thousand lines (the old benchmarking.py) holds several
-jobs. Both are read from the source with `ast`, so the check needs no import.
+jobs. What only a maintainer runs (training the family, the site, the learner-time table, the load test against a
+server and its client) is ``specdec_tools/``, beside the library: it imports the library, and neither the library
+nor a notebook imports it. All of it is read from the source with `ast`, so the checks need no import.
 """
 
 import ast
+import json
 from pathlib import Path
 
-LIBRARY = Path(__file__).resolve().parents[1] / "specdec_lib"
+ROOT = Path(__file__).resolve().parents[1]
+LIBRARY = ROOT / "specdec_lib"
 MAX_LINES = 500
 
 
@@ -17,24 +22,27 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def imported_library_modules(path: Path, modules: set[str]) -> set[str]:
-    """The specdec_lib modules ``path`` imports, anywhere in the file (deferred imports included)."""
-    name = module_name(path)
-    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+def imported_names(source: str, package: str = "") -> set[str]:
+    """Every dotted name ``source`` imports, anywhere in it (deferred imports included): each module, and each
+    ``module.name`` of a ``from module import name``; relative imports are resolved against ``package``."""
     found = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
                 anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join(anchor + ([base] if base else []))
-            candidates = [base] + [f"{base}.{alias.name}" for alias in node.names]
+            found |= {base} | {f"{base}.{alias.name}" for alias in node.names}
         elif isinstance(node, ast.Import):
-            candidates = [alias.name for alias in node.names]
-        else:
-            continue
-        found |= {c for c in candidates if c in modules and c != name}
+            found |= {alias.name for alias in node.names}
     return found
+
+
+def imported_library_modules(path: Path, modules: set[str]) -> set[str]:
+    """The specdec_lib modules ``path`` imports, anywhere in the file (deferred imports included)."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    return {c for c in imported_names(path.read_text(encoding="utf-8"), package) if c in modules and c != name}
 
 
 def library_graph() -> dict[str, set[str]]:
@@ -81,7 +89,7 @@ def test_no_import_cycles_between_library_modules():
 # the packages from the bottom up: a module may import its own layer and the ones below it, never one above
 LAYERS = [("specdec_lib.core",), ("specdec_lib.drafters",), ("specdec_lib.decoders", "specdec_lib.loading",
                                                              "specdec_lib.prompts"),
-          ("specdec_lib.bench", "specdec_lib.teaching", "specdec_lib.training")]
+          ("specdec_lib.bench", "specdec_lib.teaching")]
 
 
 def layer_of(module: str) -> int | None:
@@ -99,3 +107,50 @@ def test_lower_layers_never_import_higher_ones():
 def test_no_library_module_over_the_limit():
     long = {module_name(p): n for p in LIBRARY.rglob("*.py") if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert not long, f"modules over {MAX_LINES} lines (split them, one job per module): {long}"
+
+
+def is_tooling(name: str) -> bool:
+    """Whether an imported dotted name is the maintainer's tooling: ``specdec_tools``, or a ``training``, ``serve``
+    or ``serve_client`` module wherever it sits (where they were before: ``specdec_lib.training``,
+    ``specdec_lib.bench.serve``, ``specdec_lib.bench.serve_client``)."""
+    parts = name.split(".")
+    return parts[0] == "specdec_tools" or bool({"training", "serve", "serve_client"} & set(parts))
+
+
+def test_the_tooling_check_tells_the_library_from_the_tools():
+    assert imported_names("from ..training.measure import f", "specdec_lib.bench") == {
+        "specdec_lib.training.measure", "specdec_lib.training.measure.f"}
+    assert all(map(is_tooling, ["specdec_tools", "specdec_tools.site", "specdec_lib.training.cli",
+                                "specdec_lib.bench.serve.format_table", "specdec_lib.bench.serve_client"]))
+    assert not any(map(is_tooling, ["specdec_lib.bench.model_measures", "specdec_lib.bench.latency", "transformers"]))
+
+
+def test_the_library_never_imports_the_tooling():
+    """Arrows point from the tools to the library only: no specdec_lib module imports specdec_tools, training or the
+    serve client, not even from inside a function."""
+    upward = {}
+    for path in LIBRARY.rglob("*.py"):
+        name = module_name(path)
+        package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+        if tooling := sorted(filter(is_tooling, imported_names(path.read_text(encoding="utf-8"), package))):
+            upward[name] = tooling
+    assert not upward, ("library modules that import the maintainer's tooling (move what they need into the "
+                        f"library): {upward}")
+
+
+def code_cells(notebook: Path) -> str:
+    """The notebook's code cells as one Python source (IPython's ``%`` and ``!`` lines left out)."""
+    cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
+    sources = ["".join(cell["source"]) for cell in cells if cell["cell_type"] == "code"]
+    return "\n".join(line for source in sources for line in source.splitlines()
+                     if not line.lstrip().startswith(("%", "!")))
+
+
+def test_no_notebook_imports_the_tooling():
+    """The course runs on the library alone: no code cell of a notebook or of a solution imports specdec_tools,
+    training or the serve client."""
+    notebooks = sorted([*ROOT.glob("course/*.ipynb"), *ROOT.glob("course/solutions/*.ipynb")])
+    assert len(notebooks) > 10
+    found = {path.relative_to(ROOT).as_posix(): tooling for path in notebooks
+             if (tooling := sorted(filter(is_tooling, imported_names(code_cells(path)))))}
+    assert not found, f"notebooks that import the maintainer's tooling (import it from the library instead): {found}"

@@ -1,15 +1,17 @@
 """The teacher guide's learner minutes are computed from the notebooks, and stay calibrated on the reviewed ones.
 
-`specdec_lib.teaching.learner_time` counts each notebook's prose, code, exercises and stored execution time and
+`specdec_tools.learner_time` counts each notebook's prose, code, exercises and stored execution time and
 turns them into minutes; the guide holds its table between ``<!-- learner-time: ... -->`` markers, as the README
 holds its generated benchmark tables (tests/test_bench.py).
 """
 
 import json
+import shutil
+import subprocess
 
 import pytest
 
-from specdec_lib.teaching import learner_time as lt
+from specdec_tools import learner_time as lt
 
 
 def write_notebook(path, cells):
@@ -67,9 +69,28 @@ def test_the_estimate_falls_in_the_reviewers_range(notebook):
     low, high = lt.REVIEWED_MINUTES[notebook]
     reviewed = lt.REVIEWED_CONTENT[notebook]
     assert low <= reviewed.minutes <= high, (f"{reviewed.name}: {reviewed.minutes} min, the reviewer's walkthrough "
-                                             f"took {low}-{high}: recalibrate the constants of learner_time.py")
+                                             f"took {low}-{high}: recalibrate the constants of "
+                                             "specdec_tools/learner_time.py")
     (today,) = [c for c in lt.estimates() if c.name == reviewed.name]
     assert today.words >= 0.9 * reviewed.words and today.build_exercises >= reviewed.build_exercises
+
+
+def reviewed_revision_in_history() -> bool:
+    if shutil.which("git") is None:
+        return False
+    found = subprocess.run(["git", "cat-file", "-e", f"{lt.REVIEWED_AT}^{{commit}}"], cwd=lt.REPO_ROOT,
+                           capture_output=True)
+    return found.returncode == 0
+
+
+@pytest.mark.parametrize("notebook", sorted(lt.REVIEWED_CONTENT))
+def test_the_stored_reviewed_counts_are_what_the_reviewed_revision_holds(notebook):
+    """`REVIEWED_CONTENT` is derived, not typed: the counts of each reviewed notebook at `REVIEWED_AT`, read back
+    from git (skipped where the history does not hold that revision, as in a shallow clone)."""
+    if not reviewed_revision_in_history():
+        pytest.skip(f"the git history does not hold {lt.REVIEWED_AT} (a shallow clone, or no git)")
+    stored = lt.REVIEWED_CONTENT[notebook]
+    assert lt.read_notebook_at(lt.REVIEWED_AT, stored.name) == stored
 
 
 def test_the_table_lists_every_course_notebook_and_the_total():
@@ -85,7 +106,7 @@ def test_the_table_lists_every_course_notebook_and_the_total():
 def test_the_teacher_guides_table_is_what_the_code_computes_now():
     guide = lt.GUIDE.read_text(encoding="utf-8")
     assert lt.guide_table(guide) == lt.render_table().strip(), (
-        "the teacher guide's learner-time table is stale: run python -m specdec_lib.teaching.learner_time --write")
+        "the teacher guide's learner-time table is stale: run python -m specdec_tools learner-time --write")
 
 
 def test_replace_table_rewrites_only_the_block_and_needs_the_markers():

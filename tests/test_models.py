@@ -79,7 +79,7 @@ def test_unknown_embedded_name():
 
 def test_missing_model_folder_is_explained(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECDEC_DATA_DIR", str(tmp_path))
-    with pytest.raises(ModelNotFoundError, match=r"models.target does not exist.*git lfs pull.*python -m specdec_lib train"):
+    with pytest.raises(ModelNotFoundError, match=r"models.target does not exist.*git lfs pull.*python -m specdec_tools train"):
         load_embedded("target")
 
 

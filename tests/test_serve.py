@@ -10,8 +10,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from specdec_lib.bench import serve
-from specdec_lib.bench.serve_client import (
+from specdec_tools import serve
+from specdec_tools.serve_client import (
     RequestResult,
     SSEParser,
     completion_body,

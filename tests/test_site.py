@@ -1,4 +1,4 @@
-"""The course site (`specdec_lib.teaching.site`), built once and read in a real browser: headless Chromium via Selenium.
+"""The course site (`specdec_tools.site`), built once and read in a real browser: headless Chromium via Selenium.
 
 Debian's ``chromium`` and ``chromium-driver`` drive it (`.ci/run` installs them); Selenium is handed the driver's
 path, so Selenium Manager downloads nothing. The site is served from 127.0.0.1 as a reader's web server would
@@ -23,9 +23,9 @@ from urllib.parse import urljoin, urlparse
 import pytest
 
 from specdec_lib.core.errors import ConfigError
-from specdec_lib.teaching import site as site_module
-from specdec_lib.teaching.site import (AUTHOR, COURSE_DIR, DOCS_DIR, build_site, course_pages, docs_pages, replace_site,
-                                       site_name)
+from specdec_tools import site as site_module
+from specdec_tools.site import (AUTHOR, COURSE_DIR, DOCS_DIR, build_site, course_pages, docs_pages, replace_site,
+                                site_name)
 
 ROOT = Path(__file__).resolve().parents[1]
 SCREENSHOTS = ROOT / "build" / "site-screenshots"

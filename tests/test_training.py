@@ -9,18 +9,18 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from specdec_lib.loading import load_model_folder
 from specdec_lib.core.paths import EMBEDDED_MODEL_NAMES, REPO_DATA_DIR
 from specdec_lib import autoregressive_generate
-from specdec_lib.training.cli import QUICK
-from specdec_lib.training.cli import main as train_main
-from specdec_lib.training.drafts import ship_drafts, shipped_corpus
-from specdec_lib.training.target_text import retokenize_stream, target_text_stream
-from specdec_lib.training.cards import render_card
-from specdec_lib.training.corpus import SourceFile, split_files
-from specdec_lib.training.depth_growth import grow_depth, grown_layer_index
+from specdec_tools.training.cli import QUICK
+from specdec_tools.training.cli import main as train_main
+from specdec_tools.training.drafts import ship_drafts, shipped_corpus
+from specdec_tools.training.target_text import retokenize_stream, target_text_stream
+from specdec_tools.training.cards import render_card
+from specdec_tools.training.corpus import SourceFile, split_files
+from specdec_tools.training.depth_growth import grow_depth, grown_layer_index
 from specdec_lib.core.forward import lm_head_logits
-from specdec_lib.training.model_training import ModelSpec, build_model
-from specdec_lib.training.measure import (forward_cost, greedy_agreement, greedy_continuations,
-                                          heldout_distinct_4gram_shares)
-from specdec_lib.training.tokenizer_training import train_tokenizer_a, train_tokenizer_b
+from specdec_tools.training.model_training import ModelSpec, build_model
+from specdec_lib.bench.model_measures import forward_cost, greedy_agreement, greedy_continuations
+from specdec_tools.training.measure import heldout_distinct_4gram_shares
+from specdec_tools.training.tokenizer_training import train_tokenizer_a, train_tokenizer_b
 
 TRICKY_TEXT = "x = 'héllo ✓ 日本'\n    def   f(a,\tb):\n\t\treturn a  +  b  \n\n\n# ▁done\r\n"
 
@@ -96,7 +96,7 @@ def test_measurements_run_on_saved_models(quick_family):
 
 
 def test_forward_costs_are_timed_in_turns_so_a_busy_moment_hits_every_job(monkeypatch):
-    import specdec_lib.training.measure as measure
+    import specdec_lib.bench.model_measures as measure
     calls = []
     seconds = iter([3.0, 1.0, 5.0, 2.0, 4.0, 9.0])  # job a, job b, a, b, a, b
 

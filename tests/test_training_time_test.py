@@ -11,7 +11,7 @@ steps exactly as it drafts them (training-time test).
 - ``train heads --only eagle --eagle-test-steps K`` trains only the EAGLE layer, with K steps, and its card says so;
   the loss weights, the training length and the folder are options too, and the report records the command that
   reproduces it;
-- ``python -m specdec_lib.training.eagle_ablation --quick`` trains the four variants (last layer or fused, one step
+- ``python -m specdec_tools.training.eagle_ablation --quick`` trains the four variants (last layer or fused, one step
   or several) alike, and the shipped ablation's JSON holds those four, differing in nothing else.
 """
 
@@ -26,11 +26,11 @@ from specdec_lib.core.caches import new_cache
 from specdec_lib.core.errors import ConfigError
 from specdec_lib.drafters import EagleModule
 from specdec_lib.drafters.eagle import eagle_architecture
-from specdec_lib.training.cli import main as train_main
-from specdec_lib.training.head_cards import render_head_card
-from specdec_lib.training.head_data import target_features
-from specdec_lib.training.heads import (HeadsSpec, draft_step_attention, eagle_loss, reproduce_command,
-                                       unrolled_predictions)
+from specdec_tools.training.cli import main as train_main
+from specdec_tools.training.head_cards import render_head_card
+from specdec_tools.training.head_data import target_features
+from specdec_tools.training.heads import (HeadsSpec, draft_step_attention, eagle_loss, reproduce_command,
+                                          unrolled_predictions)
 
 STEPS = 3
 
@@ -125,7 +125,7 @@ def test_loss_weights_training_length_learning_rate_and_folder_are_options(tmp_p
     assert report["command"] == reproduce_command(HeadsSpec(**{**spec, "kinds": tuple(spec["kinds"]),
                                                                "eagle_gammas": tuple(spec["eagle_gammas"]),
                                                                "eagle_feature_layers": (-1,)}), "eagle3", quick=True)
-    assert report["command"] == ("python -m specdec_lib train heads --quick --only eagle --eagle-regression-weight 0.0 "
+    assert report["command"] == ("python -m specdec_tools train heads --quick --only eagle --eagle-regression-weight 0.0 "
                                  "--eagle-cls-weight 1.0 --eagle-steps 2 --train-windows 4 --learning-rate 0.006 "
                                  "--eagle-name eagle3")
     card = (folder / "README.md").read_text()
@@ -139,7 +139,7 @@ def test_loss_weights_training_length_learning_rate_and_folder_are_options(tmp_p
 
 
 def test_the_ablation_trains_four_variants_alike(tmp_path):
-    from specdec_lib.training import eagle_ablation
+    from specdec_tools.training import eagle_ablation
 
     out = tmp_path / "ablation.json"
     eagle_ablation.main(["--quick", "--out", str(out)])
@@ -162,7 +162,7 @@ def assert_ablation_shape(result: dict, eagle_ablation) -> None:
 
 def test_the_shipped_ablation_differs_only_in_the_two_changes():
     from specdec_lib.core.paths import data_dir
-    from specdec_lib.training import eagle_ablation
+    from specdec_tools.training import eagle_ablation
 
     result = json.loads((data_dir() / "models" / eagle_ablation.ABLATION_FILE).read_text())
     assert_ablation_shape(result, eagle_ablation)
@@ -174,9 +174,9 @@ def test_the_shipped_ablation_differs_only_in_the_two_changes():
 
 
 def test_a_refused_option_is_one_line_at_the_shell(monkeypatch, capsys):
-    from specdec_lib.__main__ import run_command_line
+    from specdec_tools.__main__ import run_command_line
 
-    monkeypatch.setattr(sys, "argv", ["specdec_lib", "train", "heads", "--quick", "--eagle-test-steps", "0"])
+    monkeypatch.setattr(sys, "argv", ["specdec_tools", "train", "heads", "--quick", "--eagle-test-steps", "0"])
     assert run_command_line() == 2
     error = capsys.readouterr().err
     assert error.startswith("error: --eagle-test-steps must be an integer >= 1") and error.count("\n") == 1

@@ -1,4 +1,4 @@
-"""Unlikelihood fine-tuning of the target (specdec_lib.training.unlikelihood): which tokens it penalises, the loss
+"""Unlikelihood fine-tuning of the target (specdec_tools.training.unlikelihood): which tokens it penalises, the loss
 it computes, and the command that applies it to a shipped target."""
 import json
 import shutil
@@ -6,12 +6,12 @@ import shutil
 import pytest
 import torch
 
-from specdec_lib.training.cli import QUICK
-from specdec_lib.training.cli import main as train_main
-from specdec_lib.training.model_training import ModelSpec, build_model
-from specdec_lib.training.measure import repeated_ngram_mask
-from specdec_lib.training.unlikelihood import (UnlikelihoodSpec, apply_to_shipped_target, learning_rate_at,
-                                               unlikelihood_loss)
+from specdec_tools.training.cli import QUICK
+from specdec_tools.training.cli import main as train_main
+from specdec_tools.training.model_training import ModelSpec, build_model
+from specdec_lib.bench.model_measures import repeated_ngram_mask
+from specdec_tools.training.unlikelihood import (UnlikelihoodSpec, apply_to_shipped_target, learning_rate_at,
+                                                 unlikelihood_loss)
 
 
 def test_only_later_occurrences_of_a_repeated_ngram_are_marked_every_token_of_them():

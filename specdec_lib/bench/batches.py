@@ -39,8 +39,7 @@ from ..core.devices import torch_threads
 from ..core.memory import kv_cache_bytes_at, weight_bytes
 from ..core.pair import ModelPair
 from ..loading import load_pair
-from ..prompts import TASKS, load_prompts
-from ..training.measure import encode_prompts
+from ..prompts import TASKS, encode_prompts, load_prompts
 from .captions import describe_machine, machine_summary
 from .cli import machine_info, parse_gammas, write_json
 from .latency import latency_summary

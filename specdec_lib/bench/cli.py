@@ -8,10 +8,11 @@
 
 The other suites run as ``python -m specdec_lib bench SUITE [ARGS...]`` (`SUITES`; ``SUITE --help`` for each):
 ``drafters`` (every drafter by task type), ``tuning`` (gamma sweep and adaptive draft length by task type),
-``batches`` (batch sizes 1-16, disable-by-batch-size), ``serve`` (a load test against ``transformers serve``),
-``trees`` (token trees), ``block-gain`` (block against token-wise verification on real (p, q) rows), ``plots`` (the
-figures of the tuning, batch and serve JSON files), ``numerics`` (forks from the target's greedy output in float32,
-bfloat16 and float16, and the planted-bug control of the fork analysis).
+``batches`` (batch sizes 1-16, disable-by-batch-size), ``trees`` (token trees), ``block-gain`` (block against
+token-wise verification on real (p, q) rows), ``plots`` (the figures of the tuning and batch JSON files),
+``numerics`` (forks from the target's greedy output in float32, bfloat16 and float16, and the planted-bug control
+of the fork analysis). The load test against a real server, ``transformers serve``, is a maintainer's tool:
+``python -m specdec_tools serve``.
 
 One row per method (and draft length gamma), all on the same prompts, the same pair, the same stopping rule and
 the same decoding: our autoregressive baseline, transformers' plain ``generate``, our speculative decoding, the
@@ -42,9 +43,8 @@ from ..core.devices import describe_device, get_device
 from ..core.errors import ConfigError, ContextOverflowError, SpecdecError
 from ..core.validation import check_fits_context
 from ..loading import PRESETS, ModelPair, load_preset_model
-from ..prompts import TASKS
+from ..prompts import TASKS, encode_prompts
 from ..core.sampling import SamplingConfig
-from ..training.measure import encode_prompts
 from . import run_benchmark
 from .methods import HF_ASSISTED_CROSS, SPECULATIVE, resolve_eos
 
@@ -368,9 +368,9 @@ def _fail(message: str) -> int:
 
 #: ``python -m specdec_lib bench SUITE ...`` -> the module whose ``main(argv)`` runs that suite.
 SUITES = {"drafters": "specdec_lib.bench.drafters", "tuning": "specdec_lib.bench.tuning",
-          "batches": "specdec_lib.bench.batches", "serve": "specdec_lib.bench.serve",
-          "trees": "specdec_lib.bench.trees", "block-gain": "specdec_lib.bench.block_gain",
-          "plots": "specdec_lib.bench.plots", "numerics": "specdec_lib.bench.numerics"}
+          "batches": "specdec_lib.bench.batches", "trees": "specdec_lib.bench.trees",
+          "block-gain": "specdec_lib.bench.block_gain", "plots": "specdec_lib.bench.plots",
+          "numerics": "specdec_lib.bench.numerics"}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

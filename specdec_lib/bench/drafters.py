@@ -46,9 +46,8 @@ from ..drafters.eagle import eagle3_folder, load_eagle
 from ..drafters.heads import load_heads
 from ..core.pair import ModelPair
 from ..loading import load_pair
-from ..prompts import TASKS, load_prompts
+from ..prompts import TASKS, encode_prompts, load_prompts
 from ..core.trace import mean_acceptance_length
-from ..training.measure import encode_prompts
 from .captions import describe_machine, format_value, machine_summary
 from .cli import load_cross_pair, machine_info, parse_gammas, write_json
 from .hf import HFAssisted, HFEarlyExit, HFPromptLookup

@@ -44,8 +44,7 @@ from ..core.numerics import DTYPES, dtype_name, near_tie_tolerance, spacing
 from ..core.verify import BatchVerdict, verify_greedy_batch
 from ..decoders import autoregressive_generate, batched_speculative_generate, speculative_generate
 from ..loading import load_pair
-from ..prompts import TASKS, load_prompts
-from ..training.measure import encode_prompts
+from ..prompts import TASKS, encode_prompts, load_prompts
 from .cli import machine_info, parse_gammas, write_json
 from .drafters import DRAFTERS
 

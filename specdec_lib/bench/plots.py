@@ -1,5 +1,5 @@
-"""The figures of the tuning, batch and serve benches, drawn from their JSON documents:
-``python -m specdec_lib bench plots --tuning T.json --batches B.json --serve S.json --out DIR``.
+"""The figures of the tuning and batch benches, drawn from their JSON documents:
+``python -m specdec_lib bench plots --tuning T.json --batches B.json --out DIR``.
 
 Notebook 06 calls the same functions on the shipped JSON files, so the figures in the course and the ones the
 bench renders are the same code. Each function draws on the matplotlib axes it is given (or new ones) and

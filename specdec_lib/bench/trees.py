@@ -20,9 +20,9 @@ import torch
 from ..drafters import DraftModelDrafter
 from ..core.errors import SpecdecError
 from ..loading import load_pair
-from ..prompts import TASKS, load_prompts
+from ..prompts import TASKS, encode_prompts, load_prompts
 from ..core.result import GenerationResult
-from ..training.measure import encode_prompts, interleaved_forward_costs
+from .model_measures import interleaved_forward_costs
 from ..decoders import tree_speculative_generate
 from ..core.trees import TreeShape
 from .cli import machine_info, write_json

@@ -38,7 +38,7 @@ from ..drafters import ConfidenceStop, CostAwareStop, DraftModelDrafter, Heurist
 from ..core.pair import ModelPair
 from ..loading import load_pair
 from ..prompts import TASKS
-from ..training.measure import interleaved_forward_costs
+from .model_measures import interleaved_forward_costs
 from .captions import describe_machine, format_value, machine_summary
 from .cli import load_cross_pair, machine_info, parse_gammas, write_json
 from .drafters import DRAFTERS, DrafterRow, measure_task, task_prompt_ids

@@ -201,7 +201,7 @@ def run_layers(model: PreTrainedModel, hidden: torch.Tensor, cache: Cache, start
 
     ``positions: LongTensor[1, T]`` and ``allowed: BoolTensor[T, S + T]`` (which of the S cached and T new slots
     each new token attends to) replace the causal defaults: training-time test runs an EAGLE layer's later draft
-    steps after the earlier ones' slots, at the positions they draft for (`specdec_lib.training.heads`).
+    steps after the earlier ones' slots, at the positions they draft for (`specdec_tools.training.heads`).
     """
     decoder = _decoder(model)
     if not 0 <= start < stop <= len(decoder.layers):
@@ -235,5 +235,5 @@ def run_layers(model: PreTrainedModel, hidden: torch.Tensor, cache: Cache, start
 def lm_head_logits(model: PreTrainedModel, hidden: torch.Tensor) -> torch.Tensor:
     """float32 logits ``[1, T, V]`` from a hidden state ``[1, T, D]`` taken *before* the final norm (any layer's
     output): the final norm, then the LM head. For an intermediate layer this is the early-exit head the
-    embedded target was trained with (``training.model_training`` adds its loss)."""
+    embedded target was trained with (`specdec_tools.training.model_training.lm_loss` adds its loss)."""
     return unwrap_compiled(model).get_output_embeddings()(_decoder(model).norm(hidden)).float()

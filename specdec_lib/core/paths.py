@@ -9,7 +9,7 @@ from pathlib import Path
 from .errors import ModelNotFoundError
 
 DATA_DIR_ENV_VAR = "SPECDEC_DATA_DIR"
-#: The embedded model family in ``data/models/<name>/`` (trained by ``python -m specdec_lib train``).
+#: The embedded model family in ``data/models/<name>/`` (trained by ``python -m specdec_tools train``).
 EMBEDDED_MODEL_NAMES = ("target", "draft", "draft_b")
 #: The root of a clone (or editable install): the folder that holds the ``specdec_lib/`` package.
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -19,8 +19,9 @@ GPU close to 1 until the batch fills the chip. ``verify_cost`` (``v``, that rati
 
       speedup = (1 - alpha^(gamma+1)) / ((1 - alpha) * (gamma * c + v))
 
-and `optimal_gamma` takes one measured ``v`` per gamma: the ratio of two cached forwards' times (``forward_cost``
-of ``gamma + 1`` tokens over that of one), measured side by side as notebooks 01 and 06 do.
+and `optimal_gamma` takes one measured ``v`` per gamma: the ratio of two cached forwards' times
+(`specdec_lib.bench.model_measures.forward_cost` of ``gamma + 1`` tokens over that of one), measured side by side as
+notebooks 01 and 06 do.
 """
 
 import math

@@ -9,7 +9,7 @@ current one and the token actually chosen after it (which resolves the sampling'
     output:                RMSNorm -> the predicted feature  h^_{i+1}
     draft token:           lm_head(h^_{i+1}) -> x_{i+2}           lm_head = the target's, frozen
 
-Training (`specdec_lib.training.heads`) regresses ``h^_{i+1}`` onto the true ``h_{i+1}`` (smooth L1) plus the
+Training (`specdec_tools.training.heads`) regresses ``h^_{i+1}`` onto the true ``h_{i+1}`` (smooth L1) plus the
 cross-entropy between the target's next-token distribution and the LM head's on the predicted feature, with the
 target frozen. The final RMSNorm (initialised from the target's) keeps the predictions in the target's
 post-norm feature space; EAGLE-1 has none there.
@@ -28,7 +28,7 @@ EAGLE-3 (Li et al. 2025) changes two things, both available here. The true featu
 by side, ``[3D]``, mapped to ``[D]`` by one linear layer, `EagleModule.fuse_features`), captured in the
 verification forward the target runs anyway (the drafter's ``hidden_layers``); drafted positions still carry the
 layer's own predicted feature. And training can unroll several draft steps on the layer's own predictions
-(*training-time test*, `specdec_lib.training.heads.unrolled_predictions`), so that steps 2, 3, ... are trained on
+(*training-time test*, `specdec_tools.training.heads.unrolled_predictions`), so that steps 2, 3, ... are trained on
 the inputs they meet when drafting. (EAGLE-3 also drops the feature-regression loss; training keeps it by default,
 ``--eagle-regression-weight 0`` drops it, and the target's LM head reads the output either way.)
 

@@ -2,7 +2,7 @@
 
 The target's first E layers plus its LM head (through the final norm) form the draft model: no second model, no
 second tokenizer. The embedded target was trained with an auxiliary loss on layer E's exit (see
-`specdec_lib.training.model_training`), so that shallow exit predicts well. What makes it cheaper than running a
+`specdec_tools.training.model_training`), so that shallow exit predicts well. What makes it cheaper than running a
 separate E-layer draft is that **the drafting and the verification share one KV cache**: the keys and values
 layers 1..E write while drafting are exactly the ones the full forward would write for the same tokens (a layer's
 output depends only on the tokens before it), so verification runs only layers E+1..L on the drafted positions,

@@ -29,7 +29,7 @@ from transformers import PreTrainedModel
 
 from ..core.errors import ConfigError, ModelNotFoundError
 
-RETRAIN = "python -m specdec_lib train heads"
+RETRAIN = "python -m specdec_tools train heads"
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
 
 

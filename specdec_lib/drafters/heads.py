@@ -23,7 +23,7 @@ the output follow the target whatever q is. Ignoring the earlier drafts only cos
 What real Medusa adds and this leaves out: tree attention over the top-k candidates of every head (Medusa's
 speed comes largely from verifying many candidate paths at once), Medusa-2's joint fine-tuning of the target, and
 training on self-distilled data (the target's own generations). These heads are trained on the corpus with the
-target frozen (`specdec_lib.training.heads`).
+target frozen (`specdec_tools.training.heads`).
 """
 
 from pathlib import Path

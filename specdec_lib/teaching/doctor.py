@@ -258,8 +258,8 @@ def check_model(name: str) -> CheckResult:
         loaded = load_embedded(name)
     except Exception as exc:
         detail = _error(exc)
-        if "specdec_lib.training.cli" not in detail:
-            detail += " (the models ship in data/models/; `python -m specdec_lib train` rebuilds them)"
+        if "specdec_tools train" not in detail:
+            detail += " (the models ship in data/models/; `python -m specdec_tools train` rebuilds them)"
         return CheckResult(label, False, detail)
     count = _parameter_count(loaded)
     detail = f"loaded ({count / 1e6:.2f}M parameters)" if count is not None else "loaded"
@@ -292,7 +292,7 @@ def check_target_drafter(name: str) -> CheckResult:
         getattr(drafters, TARGET_DRAFTERS[name])(target, data_dir() / "models" / name)
     except Exception as exc:
         return CheckResult(label, False, f"{_error(exc)} (the drafters ship in data/models/; "
-                                         f"`python -m specdec_lib train` rebuilds them)")
+                                         f"`python -m specdec_tools train` rebuilds them)")
     return CheckResult(label, True, "loaded against the embedded target")
 
 

@@ -1,4 +1,4 @@
 """Reproduce the embedded model family: corpus, tokenizers, target, drafts, cards.
 
-Entry point: ``python -m specdec_lib train`` (see :mod:`specdec_lib.training.cli`).
+Entry point: ``python -m specdec_tools train`` (see :mod:`specdec_tools.training.cli`).
 """

@@ -1,6 +1,7 @@
-"""Measure the trained family: per-forward cost, draft/target cost ratio c, greedy agreement.
+"""Measure a model pair: per-forward cost, draft/target cost ratio c, greedy agreement, how much the target loops.
 
-These are the numbers the model cards report and the course builds on:
+These are the numbers the model cards report; the benches and the notebooks measure them again on the machine at
+hand:
 
 - **per-forward cost**: median seconds of one cached forward of one new token after a
   64-token context (what a decoding step costs), and of a block of k tokens (what a
@@ -12,10 +13,9 @@ These are the numbers the model cards report and the course builds on:
   per-token acceptance probability of greedy speculative decoding (the α of the
   theory); the measured acceptance rate of a run with draft length γ follows from it.
 - **distinct 4-gram share** of the target's continuations: tiny models loop, and a
-  looping target inflates acceptance, so the cards show how much it loops, on the prompt
-  sets and on random held-out windows next to the held-out text's own share
-  (`heldout_distinct_4gram_shares`), and α is split into positions inside a repeated
-  4-gram and fresh ones (a repeat is far easier to guess).
+  looping target inflates acceptance, so the cards show how much it loops (on the prompt
+  sets, and on random held-out windows next to the held-out text's own share), and α is
+  split into positions inside a repeated 4-gram and fresh ones (a repeat is far easier to guess).
 """
 from __future__ import annotations
 
@@ -23,15 +23,13 @@ import statistics
 import time
 
 import torch
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers import PreTrainedModel
 
 from ..decoders import autoregressive_generate
-from ..decoders import batched_autoregressive_generate
 from ..core.devices import synchronize
 from ..core.forward import forward_with_cache
 from ..core.caches import crop_cache, new_cache
 from ..core.result import GenerationResult
-from .model_training import sample_windows
 
 
 @torch.inference_mode()
@@ -134,36 +132,13 @@ def repeated_ngram_mask(continuations: torch.Tensor, ngram: int) -> torch.Tensor
 
 def distinct_4gram_share(continuations: list[GenerationResult]) -> float:
     """Distinct 4-grams / all 4-grams of the new tokens, counted per continuation and pooled: 1.0 = no repeats."""
-    return _distinct_4gram_share_of_rows([result.new_token_list for result in continuations])
+    return distinct_4gram_share_of_rows([result.new_token_list for result in continuations])
 
 
-def _distinct_4gram_share_of_rows(rows: list[list[int]]) -> float:
+def distinct_4gram_share_of_rows(rows: list[list[int]]) -> float:
     """Distinct 4-grams / all 4-grams, counted per row of token ids and pooled."""
     distinct = total = 0
     for tokens in rows:
         grams = [tuple(tokens[i : i + 4]) for i in range(max(0, len(tokens) - 3))]
         distinct, total = distinct + len(set(grams)), total + len(grams)
     return round(distinct / max(1, total), 4)
-
-
-def heldout_distinct_4gram_shares(models: dict[str, PreTrainedModel], tokens: torch.Tensor, *, windows: int = 64,
-                                  prompt_tokens: int = 64, new_tokens: int = 96, seed: int = 7) -> dict[str, float]:
-    """How much each model loops on text it never trained on, next to how much that text repeats itself.
-
-    tokens: a held-out token stream (1-D, the tokenizer all ``models`` share). ``windows`` random windows of
-    ``prompt_tokens + new_tokens`` tokens are cut from it (seeded); each model continues every prompt greedily for
-    ``new_tokens`` tokens (batched). Returns ``{name: share, ..., "held-out text": share}``, the last being the
-    share of the windows' own next ``new_tokens`` tokens: real code repeats too, so that is the reference."""
-    cut = sample_windows(tokens, windows, prompt_tokens + new_tokens, torch.Generator().manual_seed(seed))  # [W, P + N]
-    shares = {}
-    for name, model in models.items():
-        result = batched_autoregressive_generate(model, list(cut[:, :prompt_tokens].to(model.device)),
-                                                 max_new_tokens=new_tokens, eos_token_id=None)
-        shares[name] = _distinct_4gram_share_of_rows(result.tokens)
-    shares["held-out text"] = _distinct_4gram_share_of_rows(cut[:, prompt_tokens:].tolist())
-    return shares
-
-
-def encode_prompts(tokenizer: PreTrainedTokenizerBase, texts: list[str], device: torch.device) -> list[torch.Tensor]:
-    """Each text as LongTensor[1, T] on ``device``."""
-    return [tokenizer(text, return_tensors="pt").input_ids.to(device) for text in texts]

@@ -2,7 +2,7 @@
 
 `load_test` sends each prompt once as a streaming completion request (``"stream": true``), with at most
 ``concurrency`` requests in flight (one thread per slot), and times what a reader of each stream sees. The server
-side (starting ``transformers serve``, what it honours) is `specdec_lib.bench.serve`.
+side (starting ``transformers serve``, what it honours) is `specdec_tools.serve`.
 
 The protocol, as ``transformers serve`` 5.24 speaks it (and OpenAI's legacy Completions API): the response is
 Server-Sent Events, ``data: {json}`` lines each ended by a blank line; every event is one *chunk*,
@@ -39,8 +39,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from urllib.parse import urlsplit
 
-from ..core.errors import ConfigError
-from ..core.trace import Trace, inter_token_latencies, latency_percentiles, time_to_first_token
+from specdec_lib.core.errors import ConfigError
+from specdec_lib.core.trace import Trace, inter_token_latencies, latency_percentiles, time_to_first_token
 
 #: Seconds a request may wait for the next bytes of its stream before it counts as failed.
 READ_TIMEOUT_S = 120.0
@@ -231,7 +231,7 @@ def load_test(base_url: str, prompts: Sequence[str], *, concurrency: int, max_to
 
     Returns `summarize_requests`'s numbers plus the settings and ``per_request`` (each `RequestResult` as a
     dict). ``count_tokens(prompt, completion)`` counts the tokens of a completion (chunks are not tokens: see
-    the module docstring); `specdec_lib.bench.serve.token_counter` builds one from a model folder.
+    the module docstring); `specdec_tools.serve.token_counter` builds one from a model folder.
     """
     if concurrency < 1 or max_tokens < 1:
         raise ConfigError(f"concurrency and max_tokens must be >= 1, got {concurrency} and {max_tokens}.")

@@ -1,8 +1,8 @@
-"""Train Medusa heads and an EAGLE layer on the *frozen* embedded target: ``python -m specdec_lib train heads``.
+"""Train Medusa heads and an EAGLE layer on the *frozen* embedded target: ``python -m specdec_tools train heads``.
 
 Both drafters read the target's hidden states, so their training data is the target's features on windows of
 text (corpus windows, or with ``--train-text target`` text the target wrote itself), computed once and shared by
-the trainings, which then only run their own small modules (`specdec_lib.training.head_data`):
+the trainings, which then only run their own small modules (`specdec_tools.training.head_data`):
 
     Medusa     head j on h_t -> x_{t+1+j}: cross-entropy per head, weighted head_decay ** (j - 1) (Medusa-1)
     EAGLE      (h_t, x_{t+1}) -> h^_{t+1}: smooth L1 against h_{t+1} + eagle_cls_weight x the cross-entropy
@@ -13,9 +13,9 @@ the trainings, which then only run their own small modules (`specdec_lib.trainin
 The target's embedding and LM head are used, never trained: the heads' and the layer's files hold their own
 weights only. Both train with AdamW and the family's warm-up + cosine schedule, seeded. After training, weights
 are rounded to float16 (the format that ships) and measured on the validation split and the code prompts
-(`specdec_lib.training.head_measure`: acceptance, and the cost ratio c beside the draft model's); each folder gets
+(`specdec_tools.training.head_measure`: acceptance, and the cost ratio c beside the draft model's); each folder gets
 ``config.json`` (architecture + the target's fingerprint), ``model.safetensors``, ``training_report.json`` and a
-``README.md`` rendered from the report (`specdec_lib.training.head_cards`).
+``README.md`` rendered from the report (`specdec_tools.training.head_cards`).
 """
 from __future__ import annotations
 
@@ -30,19 +30,19 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..core.caches import new_cache
-from ..core.devices import torch_threads
-from ..core.errors import ConfigError
-from ..core.forward import LAST_HIDDEN
-from ..core.paths import REPO_DATA_DIR
-from ..core.validation import check_count
-from ..drafters.draft_model import DraftModelDrafter
-from ..drafters.eagle import EagleDrafter, EagleModule, check_feature_layers, eagle_architecture, load_eagle
-from ..drafters.eagle import KIND as EAGLE_KIND
-from ..drafters.frozen_target import WEIGHTS_FILE, save_drafter
-from ..drafters.heads import KIND as HEADS_KIND
-from ..drafters.heads import HeadsDrafter, MedusaHeads, load_heads
-from ..loading import load_model_folder
+from specdec_lib.core.caches import new_cache
+from specdec_lib.core.devices import torch_threads
+from specdec_lib.core.errors import ConfigError
+from specdec_lib.core.forward import LAST_HIDDEN
+from specdec_lib.core.paths import REPO_DATA_DIR
+from specdec_lib.core.validation import check_count
+from specdec_lib.drafters.draft_model import DraftModelDrafter
+from specdec_lib.drafters.eagle import EagleDrafter, EagleModule, check_feature_layers, eagle_architecture, load_eagle
+from specdec_lib.drafters.eagle import KIND as EAGLE_KIND
+from specdec_lib.drafters.frozen_target import WEIGHTS_FILE, save_drafter
+from specdec_lib.drafters.heads import KIND as HEADS_KIND
+from specdec_lib.drafters.heads import HeadsDrafter, MedusaHeads, load_heads
+from specdec_lib.loading import load_model_folder
 from .head_cards import TRAIN_HEADS, write_head_card
 from .head_data import DATA_FIELDS, FeatureData, feature_data
 from .head_spec import FULL, QUICK, TRAIN_TEXTS, HeadsSpec
@@ -321,7 +321,7 @@ def parse_layers(text: str) -> tuple[int, ...]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m specdec_lib train heads", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m specdec_tools train heads", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=REPO_DATA_DIR / "models",
                         help="where heads/ and eagle/ go (default: data/models)")

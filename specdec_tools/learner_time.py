@@ -1,7 +1,7 @@
 """A learner's minutes per notebook, estimated from what the notebook holds (the teacher guide's table).
 
-    python -m specdec_lib.teaching.learner_time            # print the table
-    python -m specdec_lib.teaching.learner_time --write    # rewrite it in course/teacher_guide.md
+    python -m specdec_tools learner-time            # print the table
+    python -m specdec_tools learner-time --write    # rewrite it in course/teacher_guide.md
 
 A notebook's machine time (about a minute on 2 CPU cores) says little about a person's: reading, predicting,
 running, changing cells and the exercises take one to two hours. Rather than typing a guess per notebook into the
@@ -33,7 +33,8 @@ The constants, and why:
 Calibration: a reviewer's walkthrough of three notebooks at a careful learner's pace took 100-120 minutes for
 05, 120-150 for 06 and 80-100 for 07 (`REVIEWED_MINUTES`). The constants above are round values inside the
 range that puts all three, as they were then (`REVIEWED_CONTENT`, counted at `REVIEWED_AT`), inside those
-intervals with the widest margin; tests/test_learner_time.py checks that they still do. A notebook that grows
+intervals with the widest margin; tests/test_learner_time.py checks that they still do, and, where the git history
+holds `REVIEWED_AT`, that `REVIEWED_CONTENT` is what `read_notebook_at` counts there. A notebook that grows
 past what was reviewed keeps the same constants. Core minutes (everything but the exercises) are rounded to 5
 minutes, because the estimate is not more precise than that and because the execution time changes a little with
 every run.
@@ -44,13 +45,14 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from ..core.paths import REPO_COURSE_DIR
+from specdec_lib.core.paths import REPO_COURSE_DIR, REPO_ROOT
 
 COURSE = REPO_COURSE_DIR
 GUIDE = COURSE / "teacher_guide.md"
@@ -66,7 +68,8 @@ ROUND_TO = 5
 
 #: The reviewer's walkthrough: (low, high) minutes for a careful learner, the ranges the constants are fitted to.
 REVIEWED_MINUTES = {"05": (100, 120), "06": (120, 150), "07": (80, 100)}
-#: The revision of the course the reviewer walked through; `REVIEWED_CONTENT` is what `read_notebook` counts there.
+#: The revision of the course the reviewer walked through (a fact of history: it names the calibration's source);
+#: `REVIEWED_CONTENT` is what `read_notebook_at` counts there.
 REVIEWED_AT = "985e9cf"
 
 MARKER = "learner-time"
@@ -115,8 +118,9 @@ def _cell_seconds(cell: dict) -> float:
     return max(0.0, (parse(end) - parse(start)).total_seconds())
 
 
-#: The reviewed notebooks as they were at `REVIEWED_AT` (``read_notebook`` of ``git show REVIEWED_AT:course/<name>``):
-#: the constants are fitted to these, not to the notebooks as they have grown since.
+#: The reviewed notebooks as they were at `REVIEWED_AT` (`read_notebook_at`), stored here so that the calibration
+#: holds without git or a full history (a shallow clone, an installed copy): the constants are fitted to these, not
+#: to the notebooks as they have grown since.
 REVIEWED_CONTENT = {
     "05": NotebookContent("05_drafting_without_a_draft_model", words=2863, code_lines=316, code_cells=26,
                           build_exercises=2, choice_exercises=1, execution_s=154.9),
@@ -130,7 +134,22 @@ REVIEWED_CONTENT = {
 def read_notebook(path: str | Path) -> NotebookContent:
     """Count a notebook's words, code, exercises and stored execution time."""
     path = Path(path)
-    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    return count_cells(path.stem, json.loads(path.read_text(encoding="utf-8"))["cells"])
+
+
+def read_notebook_at(revision: str, name: str, repo: Path = REPO_ROOT) -> NotebookContent:
+    """`read_notebook` of the course notebook ``name`` (``05_drafting_without_a_draft_model``) as the git history
+    of ``repo`` holds it at ``revision``. Raises `subprocess.CalledProcessError` where that history lacks the revision
+    (a shallow clone) and FileNotFoundError where git is missing."""
+    where = (REPO_COURSE_DIR / f"{name}.ipynb").relative_to(REPO_ROOT).as_posix()
+    shown = subprocess.run(["git", "show", f"{revision}:{where}"], cwd=repo, capture_output=True, text=True,
+                           encoding="utf-8", check=True)
+    return count_cells(name, json.loads(shown.stdout)["cells"])
+
+
+def count_cells(notebook: str, cells: list[dict]) -> NotebookContent:
+    """What a learner works through in the notebook named ``notebook``, whose cells are ``cells`` (nbformat's
+    dicts)."""
     words = code_lines = code_cells = 0
     seconds = 0.0
     checks: dict[str, bool] = {}  # check name -> is multiple choice
@@ -146,7 +165,7 @@ def read_notebook(path: str | Path) -> NotebookContent:
             for name, argument in CHECK_CALL.findall(source):
                 checks[name] = argument == "answer" or argument.startswith(("\"", "'"))
     choice = sum(checks.values())
-    return NotebookContent(path.stem, words, code_lines, code_cells, len(checks) - choice, choice, round(seconds, 1))
+    return NotebookContent(notebook, words, code_lines, code_cells, len(checks) - choice, choice, round(seconds, 1))
 
 
 def course_notebooks(course: str | Path = COURSE) -> list[Path]:
@@ -194,7 +213,7 @@ def guide_table(guide_text: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m specdec_lib.teaching.learner_time",
+    parser = argparse.ArgumentParser(prog="python -m specdec_tools learner-time",
                                      description="Estimate a learner's minutes per notebook from its content.")
     parser.add_argument("--write", action="store_true", help="rewrite the table in course/teacher_guide.md")
     parser.add_argument("--course", type=Path, default=COURSE, help="the folder of the notebooks")

@@ -25,7 +25,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
-from ..decoders import batched_autoregressive_generate
+from specdec_lib.decoders import batched_autoregressive_generate
 from .model_training import sample_windows
 from .tokenizer_training import tokenize_texts
 

@@ -1,7 +1,7 @@
-"""`python -m specdec_lib site [--out build/site]`: the executed course as a static web site, offline.
+"""`python -m specdec_tools site [--out build/site]`: the executed course as a static web site, offline.
 
-    python -m specdec_lib site                      # -> build/site/index.html
-    python -m specdec_lib site --out /tmp/course    # anywhere else
+    python -m specdec_tools site                      # -> build/site/index.html
+    python -m specdec_tools site --out /tmp/course    # anywhere else
 
 The site shows what the stored notebooks show: nothing is re-executed (myst-nb with ``nb_execution_mode = "off"``),
 so it builds in well under a minute on two CPU cores and needs neither the models nor a kernel. Its pages are
@@ -39,8 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from ..core.errors import ConfigError
-from ..core.paths import REPO_COURSE_DIR, REPO_ROOT
+from specdec_lib.core.errors import ConfigError
+from specdec_lib.core.paths import REPO_COURSE_DIR, REPO_ROOT
 
 COURSE_DIR = REPO_COURSE_DIR
 DOCS_DIR = REPO_ROOT / "docs"
@@ -246,7 +246,7 @@ def build_site(out: Path = DEFAULT_OUT, course_dir: Path = COURSE_DIR, docs_dir:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m specdec_lib site",
+        prog="python -m specdec_tools site",
         description="Build the executed course (stored outputs, no re-execution) into a static web site.",
     )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="the site's folder (default: build/site)")

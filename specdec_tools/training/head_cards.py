@@ -1,6 +1,6 @@
 """The cards (``README.md``) of the Medusa heads and the EAGLE layer, rendered from their JSON files.
 
-Every number comes from the folder's ``training_report.json`` (written by `specdec_lib.training.heads`) or its
+Every number comes from the folder's ``training_report.json`` (written by `specdec_tools.training.heads`) or its
 ``config.json``; nothing is typed in by hand, so ``render_head_card(folder)`` always equals the shipped card
 (a test checks it).
 """
@@ -30,7 +30,7 @@ LEFT_OUT = {
               "feature noise during training"],
 }
 SELF_DISTILLATION = "training on the target's own generations (self-distillation)"
-TRAIN_HEADS = "python -m specdec_lib train heads"  # the command that trains these drafters (its defaults: both)
+TRAIN_HEADS = "python -m specdec_tools train heads"  # the command that trains these drafters (its defaults: both)
 EAGLE3_PARTS = ("fusion of low, middle and high target layers",
                 "training-time test (training on its own multi-step predictions)")
 
@@ -65,7 +65,7 @@ def _reproduce_lines(report: dict) -> list[str]:
     if command != TRAIN_HEADS:
         return [command]
     return [command + "            # trains the heads and the EAGLE layer into data/models/",
-            "python -m specdec_lib train heads --quick    # a few steps on a corpus slice (seconds), for tests"]
+            "python -m specdec_tools train heads --quick    # a few steps on a corpus slice (seconds), for tests"]
 
 
 def _eagle_style(architecture: dict, report: dict) -> str:

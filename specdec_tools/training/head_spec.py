@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..core.forward import LAST_HIDDEN
+from specdec_lib.core.forward import LAST_HIDDEN
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ import torch
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-from ..core.vocab import SPACE_MARKER
+from specdec_lib.core.vocab import SPACE_MARKER
 
 EOS_TOKEN = "<|endoftext|>"
 #: Pieces of tokenizer B: a word with an optional leading space marker, a run of markers

@@ -1,15 +1,15 @@
-"""`python -m specdec_lib.bench.serve`: a load test against a real OpenAI-compatible server, ``transformers serve``.
+"""`python -m specdec_tools serve`: a load test against a real OpenAI-compatible server, ``transformers serve``.
 
-    python -m specdec_lib.bench.serve                                   # concurrency 1,4,8; 8 code prompts; 32 tokens
-    python -m specdec_lib.bench.serve --prompt-lookup 4 --task grounded --json runs/serve.json
-    python -m specdec_lib.bench.serve --concurrency 4 --continuous-batching   # the server's batching scheduler
-    python -m specdec_lib.bench.serve --threads 1     # one server thread: far steadier on a busy 2-core machine
+    python -m specdec_tools serve                                   # concurrency 1,4,8; 8 code prompts; 32 tokens
+    python -m specdec_tools serve --prompt-lookup 4 --task grounded --json runs/serve.json
+    python -m specdec_tools serve --concurrency 4 --continuous-batching   # the server's batching scheduler
+    python -m specdec_tools serve --threads 1     # one server thread: far steadier on a busy 2-core machine
 
 It starts ``transformers serve`` on localhost with the embedded target (`running_server`), sends each prompt once
-as a greedy streaming request with at most ``concurrency`` requests in flight (`specdec_lib.bench.serve_client`,
-where the protocol and every number are defined), prints one row per concurrency (x with / without prompt lookup)
-and stops the server. It needs the optional ``serve`` extra (``pip install -e ".[serve]"``,
-`check_serve_dependencies`).
+as a greedy streaming request with at most ``concurrency`` requests in flight (`specdec_tools.serve_client`,
+where the protocol and every number are defined), prints one row per concurrency (x with / without prompt lookup;
+`specdec_lib.bench.latency.format_serve_table`) and stops the server. It needs the optional ``serve`` extra
+(``pip install -e ".[serve]"``, `check_serve_dependencies`).
 
 What ``transformers serve`` (5.24) does, read in ``transformers/cli/serve.py`` and ``cli/serving/`` and tried here:
 
@@ -62,12 +62,13 @@ from contextlib import contextmanager
 from importlib.util import find_spec
 from pathlib import Path
 
-from ..core.devices import get_device
-from ..core.errors import ConfigError, SpecdecError
-from ..loading import _check_model_folder
-from ..core.paths import data_dir
-from ..prompts import TASKS, load_prompts
-from .cli import _positive_int, machine_info, write_json
+from specdec_lib.core.devices import get_device
+from specdec_lib.core.errors import ConfigError, SpecdecError
+from specdec_lib.loading import _check_model_folder
+from specdec_lib.core.paths import data_dir
+from specdec_lib.prompts import TASKS, load_prompts
+from specdec_lib.bench.cli import _positive_int, machine_info, write_json
+from specdec_lib.bench.latency import SERVE_LEGEND, format_serve_table
 from .serve_client import load_test
 
 #: What ``transformers serve`` imports (transformers' ``is_serve_available``): import name -> pip name.
@@ -192,34 +193,6 @@ def token_counter(model_folder: str | Path) -> Callable[[str, str], int]:
 # --------------------------------------------------------------------------- the command
 
 
-# column key -> (header, format); None prints blank
-COLUMNS: dict[str, tuple[str, str]] = {
-    "concurrency": ("conc", "{}"),
-    "prompt_lookup": ("lookup", "{}"),
-    "completed": ("ok", "{}"),
-    "ttft_p50_s": ("TTFT p50", "{:.0f}ms"),
-    "ttft_p95_s": ("TTFT p95", "{:.0f}ms"),
-    "itl_p50_s": ("ITL p50", "{:.1f}ms"),
-    "itl_p95_s": ("ITL p95", "{:.1f}ms"),
-    "chunks_per_s": ("chunks/s", "{:.1f}"),
-    "tokens_per_s": ("tokens/s", "{:.1f}"),
-    "tokens_per_chunk": ("tok/chunk", "{:.2f}"),
-    "worst_s": ("worst", "{:.2f}s"),
-    "wall_s": ("wall", "{:.2f}s"),
-    "identical": ("identical", "{}"),
-}
-MILLISECONDS = {"ttft_p50_s", "ttft_p95_s", "itl_p50_s", "itl_p95_s"}
-
-LEGEND = """\
-ok            requests completed without error (of --prompts); the first error is printed below the table
-TTFT          time to first token: send -> first chunk carrying text, p50/p95 over requests (queueing included)
-ITL           gaps between a stream's consecutive chunk arrivals, p50/p95 pooled over requests
-chunks/s      text chunks received / wall seconds (a chunk is one token, or a whole round under prompt lookup)
-tokens/s      tokens (the completion re-encoded with the target's tokenizer) / wall seconds
-worst         total seconds of the slowest request
-identical     with prompt lookup: every completion equals the one without it (greedy must not change)"""
-
-
 def parse_concurrency(text: str) -> tuple[int, ...]:
     """``"1,4,8"`` -> ``(1, 4, 8)``: comma-separated levels >= 1, sorted, duplicates dropped."""
     try:
@@ -234,12 +207,12 @@ def parse_concurrency(text: str) -> tuple[int, ...]:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m specdec_lib.bench.serve",
+        prog="python -m specdec_tools serve",
         description="Load-test `transformers serve` (OpenAI-compatible, started and stopped here) with the embedded "
         "target: greedy streaming /v1/completions requests at each concurrency, with and without prompt lookup "
         "(sent in the request's generation_config). Needs the serve extra: " + FIX_SERVE,
         epilog="Exit codes: 0 done, 1 missing dependencies, model or prompts, or the server failed, 2 bad "
-        "arguments. The numbers are defined in specdec_lib/bench/serve_client.py.",
+        "arguments. The numbers are defined in specdec_tools/serve_client.py.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument("--concurrency", type=parse_concurrency, default=DEFAULT_CONCURRENCY, metavar="C1,C2,...",
@@ -258,21 +231,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--device", default=None, help="the server's device (default: SPECDEC_DEVICE, else the best)")
     parser.add_argument("--json", type=Path, default=None, metavar="PATH", help="also write every number here")
     return parser
-
-
-def format_table(rows: Sequence[dict]) -> str:
-    """The rows as aligned text, one header line, numbers right-aligned (milliseconds for TTFT and ITL)."""
-    def cell(key: str, value: object) -> str:
-        if value is None:
-            return ""
-        if isinstance(value, bool):
-            return "yes" if value else "NO"
-        return COLUMNS[key][1].format(value * 1000 if key in MILLISECONDS else value)
-
-    header = [title for title, _ in COLUMNS.values()]
-    lines = [header] + [[cell(key, row.get(key)) for key in COLUMNS] for row in rows]
-    widths = [max(len(line[i]) for line in lines) for i in range(len(COLUMNS))]
-    return "\n".join("  ".join(text.rjust(w) for text, w in zip(line, widths)).rstrip() for line in lines)
 
 
 def run_rows(base_url: str, prompts: Sequence[str], *, concurrency: Sequence[int], max_tokens: int,
@@ -301,7 +259,7 @@ def run_rows(base_url: str, prompts: Sequence[str], *, concurrency: Sequence[int
 
 
 def _fail(message: str) -> int:
-    print(f"python -m specdec_lib.bench.serve: error: {message}", file=sys.stderr)
+    print(f"python -m specdec_tools serve: error: {message}", file=sys.stderr)
     return 1
 
 
@@ -332,12 +290,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     batching = ", continuous batching" if extra else ""
     print(f"settings: transformers serve {folder.name} (float32, {threads}{batching}), "
           f"task {args.task}, {len(texts)} prompts, max_tokens {args.max_tokens}, greedy, streaming /v1/completions")
-    print(format_table(rows))
+    print(format_serve_table(rows))
     for row in rows:
         if row["first_error"]:
             print(f"errors at concurrency {row['concurrency']}, lookup {row['prompt_lookup']}: {row['errors']}, "
                   f"first: {row['first_error']}")
-    print(LEGEND)
+    print(SERVE_LEGEND)
     if args.json is not None:
         write_json(args.json, {"machine": machine, "settings": settings, "rows": rows})
         print(f"wrote {args.json}")

@@ -1,22 +1,22 @@
 """The drafts' stage of the family: the draft on tokenizer A and draft B on tokenizer B, trained against a target.
 
 Both drafts exist to be *accepted* by the target, so both end on text the target wrote itself
-(`specdec_lib.training.target_text`):
+(`specdec_tools.training.target_text`):
 
 - the **draft** (tokenizer A): next-token steps on the corpus, then distillation (KL(p_target || q_draft)) on corpus
   windows, then more distillation on the target's own greedy continuations, then many cheaper steps on *fresh*
-  target text against the target's cached top-k distributions (`specdec_lib.training.cached_teacher`);
+  target text against the target's cached top-k distributions (`specdec_tools.training.cached_teacher`);
 - **draft B** (tokenizer B, ids the target cannot read): next-token steps on the corpus, then next-token steps on the
   same target-written text re-tokenised with tokenizer B. No per-token distillation is possible across vocabularies;
   learning the target's *text* (sequence-level distillation) is what aligns a draft that can only be compared with
   the target through text, as the cross-tokenizer drafter does.
 
-`python -m specdec_lib train` runs this stage inside the whole pipeline; ``python -m specdec_lib train drafts``
+`python -m specdec_tools train` runs this stage inside the whole pipeline; ``python -m specdec_tools train drafts``
 re-runs it alone against the shipped target (`retrain_drafts`), on exactly the corpus the family was trained on;
-``python -m specdec_lib train fresh-text`` applies only the draft's last phase to the shipped draft
+``python -m specdec_tools train fresh-text`` applies only the draft's last phase to the shipped draft
 (`apply_fresh_text_to_shipped_draft`).
-Every function takes the family's spec as ``spec``, a ``specdec_lib.training.cli.FamilySpec`` (not imported here: ``train``
-imports this module).
+Every function takes the family's spec as ``spec``, a ``specdec_tools.training.cli.FamilySpec`` (not imported here:
+``train`` imports this module).
 Every checkpoint before a later phase is saved to the work folder, so the card can show what each phase bought.
 """
 from __future__ import annotations
@@ -136,7 +136,7 @@ def shipped_corpus(spec, models_dir: Path) -> tuple[list[str], list[str]]:
             f"this interpreter's standard library (Python {here['python_version']}, sha256 {here['sha256'][:12]}…) "
             f"is not the corpus the shipped family was trained on (Python {shipped['python_version']}, sha256 "
             f"{shipped['sha256'][:12]}…): retraining one model on other data would mix corpora. Run it with "
-            f"Python {shipped['python_version']}, or retrain the whole family with `python -m specdec_lib train`.")
+            f"Python {shipped['python_version']}, or retrain the whole family with `python -m specdec_tools train`.")
     return [f.text for f in train_files], [f.text for f in val_files]
 
 
@@ -185,7 +185,7 @@ def ship_drafts(drafts: dict, tokenizers: dict, summaries: dict, log: list, val_
 
 
 def apply_fresh_text_to_shipped_draft(spec, models_dir: Path, work_dir: Path) -> dict:
-    """Run only the draft's last phase (`fresh_text_phase`) on the shipped draft (``python -m specdec_lib train
+    """Run only the draft's last phase (`fresh_text_phase`) on the shipped draft (``python -m specdec_tools train
     fresh-text``) and record it, as `train_draft` would have run it after phase 3.
 
     spec: the family's ``FamilySpec`` (its ``draft``, ``draft_fresh_text`` and seed). The corpus must be the shipped
@@ -196,7 +196,8 @@ def apply_fresh_text_to_shipped_draft(spec, models_dir: Path, work_dir: Path) ->
     if "draft_fresh_text" in report["training"]:
         raise ValueError(f"{models_dir / 'draft'} already went through the fresh-text phase (see "
                          f"{models_dir / 'training_report.json'}): applying it twice is not what `python -m "
-                         "specdec_lib.training.cli` does. Restore the draft from git, or retrain the drafts (train drafts).")
+                         "specdec_tools.training.cli` does. Restore the draft from git, or retrain the drafts "
+                         "(train drafts).")
     torch.set_num_threads(spec.threads)
     train_texts, val_texts = shipped_corpus(spec, models_dir)
     tokenizer = AutoTokenizer.from_pretrained(models_dir / "draft")

@@ -1,7 +1,7 @@
 """Write the model cards (``data/models/<name>/README.md``) from what training and measuring recorded.
 
 Every number in a card comes from ``training_report.json`` (written by training) or
-``measurements.json`` (written by :func:`specdec_lib.training.cli.measure_family`); nothing is typed in by hand.
+``measurements.json`` (written by :func:`specdec_tools.training.cli.measure_family`); nothing is typed in by hand.
 """
 from __future__ import annotations
 
@@ -119,11 +119,13 @@ def render_card(name: str, report: dict, measurements: dict, manifest: dict, con
     ]
     if name == "target" and "target_unlikelihood" in report["training"]:
         stage, ul_spec = report["training"]["target_unlikelihood"], report["training"]["target_unlikelihood"]["spec"]
-        afterwards = (" It was applied to the trained target afterwards by `python -m specdec_lib train unlikelihood`, "
-                      "and the drafts and heads were retrained against the result."
+        afterwards = (" It was applied to the trained target afterwards by "
+                      "`python -m specdec_tools train unlikelihood`, and the drafts and heads were retrained against "
+                      "the result."
                       if report.get("target_unlikelihood_applied_afterwards") else "")
         lines.append(
-            f"- stage 4, fewer loops (unlikelihood training, `training/unlikelihood.py`): {stage['unlikelihood_steps']} "
+            f"- stage 4, fewer loops (unlikelihood training, `specdec_tools/training/unlikelihood.py`): "
+            f"{stage['unlikelihood_steps']} "
             f"steps, each the next-token loss on a corpus batch plus {ul_spec['weight']} × −log(1 − p) of every token "
             f"of a repeated {ul_spec['ngram']}-gram in the target's own greedy continuations ({ul_spec['prompts']} "
             f"windows of {ul_spec['prompt_tokens']} tokens continued for {ul_spec['new_tokens']}), learning rate "
@@ -150,10 +152,11 @@ def render_card(name: str, report: dict, measurements: dict, manifest: dict, con
     if name == "draft" and "draft_fresh_text" in report["training"]:
         fresh = report["training"]["draft_fresh_text"]
         text, final = fresh["spec"]["text"], fresh["distill_final"]
-        afterwards = (" Applied to the trained draft afterwards by `python -m specdec_lib train fresh-text`."
+        afterwards = (" Applied to the trained draft afterwards by `python -m specdec_tools train fresh-text`."
                       if report.get("draft_fresh_text_applied_afterwards") else "")
         lines.append(
-            f"- distillation on fresh text against a cached teacher (`training/cached_teacher.py`): the target wrote "
+            f"- distillation on fresh text against a cached teacher (`specdec_tools/training/cached_teacher.py`): "
+            f"the target wrote "
             f"{text['sequences']} new continuations ({text['prompt_tokens']} + {text['new_tokens']} tokens, another "
             f"seed; {fresh['text_seconds'] / 60:.1f} min), its top-{fresh['spec']['top_k']} next-token distribution "
             f"was computed once along them ({fresh['teacher_seconds'] / 60:.1f} min), then {fresh['distill_steps']} "
@@ -176,9 +179,9 @@ def render_card(name: str, report: dict, measurements: dict, manifest: dict, con
         afterwards = []  # what was trained again after that run, each clause naming its command
         if report.get("drafts_retrained"):
             afterwards.append(f"{' and '.join(report['drafts_retrained'])} retrained afterwards against this target "
-                              "by `python -m specdec_lib train drafts` (see their cards)")
+                              "by `python -m specdec_tools train drafts` (see their cards)")
         if report.get("draft_fresh_text_applied_afterwards"):
-            afterwards.append("the draft's last phase applied afterwards by `python -m specdec_lib train fresh-text` "
+            afterwards.append("the draft's last phase applied afterwards by `python -m specdec_tools train fresh-text` "
                               "(see its card)")
         lines.append(f"- the whole family (tokenizers, target, draft, draft B, validation) took "
                      f"{report['total_seconds'] / 60:.1f} min of wall time in the run that produced these weights"
@@ -255,12 +258,12 @@ def render_card(name: str, report: dict, measurements: dict, manifest: dict, con
         "## Reproduce",
         "",
         "```bash",
-        "python -m specdec_lib train            # trains the whole family into data/models/ and measures it",
-        "python -m specdec_lib train --measure   # re-measures the saved models and rewrites these cards",
-        "python -m specdec_lib train drafts     # retrains only the draft and draft B against the saved target",
-        "python -m specdec_lib train unlikelihood  # only the target's last stage, on a saved target (then retrain"
+        "python -m specdec_tools train            # trains the whole family into data/models/ and measures it",
+        "python -m specdec_tools train --measure   # re-measures the saved models and rewrites these cards",
+        "python -m specdec_tools train drafts     # retrains only the draft and draft B against the saved target",
+        "python -m specdec_tools train unlikelihood  # only the target's last stage, on a saved target (then retrain"
         " the drafts and heads)",
-        "python -m specdec_lib train fresh-text  # only the draft's last phase (fresh text, cached teacher), on a"
+        "python -m specdec_tools train fresh-text  # only the draft's last phase (fresh text, cached teacher), on a"
         " saved draft",
         "```",
         "",

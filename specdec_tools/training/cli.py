@@ -1,26 +1,26 @@
-"""Reproduce the embedded model family from scratch: ``python -m specdec_lib train``.
+"""Reproduce the embedded model family from scratch: ``python -m specdec_tools train``.
 
 Stages (each logged, seeded): collect the stdlib corpus and write its manifest →
 train tokenizers A and B → tokenise → train a shallow base target (with an early-exit
 loss) → grow it three times deeper and continue training it (depth up-scaling,
-:mod:`specdec_lib.training.depth_growth`; the early-exit loss moves to the matching
+:mod:`specdec_tools.training.depth_growth`; the early-exit loss moves to the matching
 shallow layer) → fine-tune it against its own greedy loops (unlikelihood training,
-:mod:`specdec_lib.training.unlikelihood`) → the drafts (:mod:`specdec_lib.training.drafts`): the target writes
+:mod:`specdec_tools.training.unlikelihood`) → the drafts (:mod:`specdec_tools.training.drafts`): the target writes
 greedy continuations of corpus windows; the draft trains on the corpus, is distilled from
 the target on corpus windows, then on the target's text, then against the target's cached
-top-k on fresh text (:mod:`specdec_lib.training.cached_teacher`); draft B trains on the corpus,
+top-k on fresh text (:mod:`specdec_tools.training.cached_teacher`); draft B trains on the corpus,
 then on the target's text in tokenizer B → measure every model and write the cards
-(:mod:`specdec_lib.training.cards`).
+(:mod:`specdec_tools.training.cards`).
 
 ``--grow-from FOLDER`` skips the base stage and grows a saved base instead (the v1
 target, which is exactly what the base stage trains). ``--quick`` trains tiny versions
 on a slice of the corpus in seconds: the pipeline's own test uses it. Training steps for
 extra heads on the frozen target are kept out of this pipeline on purpose, so that they
-can be added without retraining the family; ``python -m specdec_lib train drafts``
+can be added without retraining the family; ``python -m specdec_tools train drafts``
 re-runs the drafts' stage alone against the shipped target, ``python -m
-specdec_lib.training.cli unlikelihood`` applies the unlikelihood stage alone to the shipped
+specdec_tools.training.cli unlikelihood`` applies the unlikelihood stage alone to the shipped
 target (after it, retrain the drafts and the heads: both were fitted to the old target),
-and ``python -m specdec_lib train fresh-text`` applies the draft's last phase alone to
+and ``python -m specdec_tools train fresh-text`` applies the draft's last phase alone to
 the shipped draft.
 """
 from __future__ import annotations
@@ -36,16 +36,18 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer, LlamaForCausalLM
 
-from ..core.paths import EMBEDDED_MODEL_NAMES, REPO_DATA_DIR
+from specdec_lib.bench.model_measures import (distinct_4gram_share, greedy_agreement, greedy_continuations,
+                                              interleaved_forward_costs)
+from specdec_lib.core.paths import EMBEDDED_MODEL_NAMES, REPO_DATA_DIR
+from specdec_lib.prompts import encode_prompts
 from .cards import write_cards
 from .corpus import collect_stdlib_sources, corpus_manifest, split_files, write_manifest
 from .depth_growth import grow_depth
 from .heads import main as train_heads
-from .measure import (distinct_4gram_share, encode_prompts, greedy_agreement, greedy_continuations,
-                               heldout_distinct_4gram_shares, interleaved_forward_costs)
+from .measure import heldout_distinct_4gram_shares
 from .cached_teacher import CachedTeacherSpec
 from .drafts import (DRAFT_CHECKPOINTS, apply_fresh_text_to_shipped_draft, retrain_drafts, shipped_corpus,
-                              train_drafts)
+                     train_drafts)
 from .model_training import ModelSpec, build_model, save_model, train_model, validation_loss
 from .target_text import TargetTextSpec
 from .unlikelihood import UnlikelihoodSpec, apply_to_shipped_target, unlikelihood_stage
@@ -231,9 +233,9 @@ def measure_family(models_dir: Path, work_dir: Path, threads: int = 2) -> dict:
     weights did not change, so neither did its numbers (greedy agreement and looping are not timings).
     Timings are only meaningful on a quiet machine: run this with nothing else busy.
     """
-    from ..bench.cli import cpu_model
-    from ..loading import load_model_folder
-    from ..prompts import TASKS, load_prompts
+    from specdec_lib.bench.cli import cpu_model
+    from specdec_lib.loading import load_model_folder
+    from specdec_lib.prompts import TASKS, load_prompts
 
     torch.set_num_threads(threads)
     device = torch.device("cpu")
@@ -309,7 +311,7 @@ def measure_family(models_dir: Path, work_dir: Path, threads: int = 2) -> dict:
 def _stage_arguments(argv: list[str], command: str, description: str, work_help: str) -> argparse.Namespace:
     """The options of a command that re-runs one stage on the shipped family: ``--models`` (checked to hold a
     target) and ``--work``."""
-    parser = argparse.ArgumentParser(prog=f"python -m specdec_lib train {command}", description=description)
+    parser = argparse.ArgumentParser(prog=f"python -m specdec_tools train {command}", description=description)
     parser.add_argument("--models", type=Path, default=REPO_DATA_DIR / "models", help="the family's folder")
     parser.add_argument("--work", type=Path, default=Path("runs"), help=work_help)
     args = parser.parse_args(argv)
@@ -319,10 +321,10 @@ def _stage_arguments(argv: list[str], command: str, description: str, work_help:
 
 
 def _drafts_main(argv: list[str]) -> None:
-    """``python -m specdec_lib train drafts``: the drafts' stage alone, against the shipped target, then measure."""
+    """``python -m specdec_tools train drafts``: the drafts' stage alone, against the shipped target, then measure."""
     args = _stage_arguments(argv, "drafts",
                             "Retrain only the draft and draft B against the shipped target "
-                            "(specdec_lib.training.drafts: corpus, distillation, the target's own text), then "
+                            "(specdec_tools.training.drafts: corpus, distillation, the target's own text), then "
                             "re-measure the family and rewrite the cards. The target, the heads and EAGLE are "
                             "untouched.", "intermediate checkpoints (not committed)")
     retrain_drafts(FULL, args.models, args.work)
@@ -330,9 +332,10 @@ def _drafts_main(argv: list[str]) -> None:
 
 
 def _fresh_text_main(argv: list[str]) -> None:
-    """``python -m specdec_lib train fresh-text``: the draft's last phase alone, on the shipped draft, then measure."""
+    """``python -m specdec_tools train fresh-text``: the draft's last phase alone, on the shipped draft, then
+    measure."""
     args = _stage_arguments(argv, "fresh-text",
-                            "Apply only the draft's last phase (specdec_lib.training.cached_teacher: fresh text the "
+                            "Apply only the draft's last phase (specdec_tools.training.cached_teacher: fresh text the "
                             "target writes, its top-k cached, cheap steps against the cache) to the shipped draft, "
                             "record it, then re-measure the family and rewrite the cards. Refused if the draft "
                             "already went through it.", "where the draft before the phase is saved")
@@ -341,10 +344,10 @@ def _fresh_text_main(argv: list[str]) -> None:
 
 
 def _unlikelihood_main(argv: list[str]) -> None:
-    """``python -m specdec_lib train unlikelihood``: the target's unlikelihood stage alone, on the shipped target."""
+    """``python -m specdec_tools train unlikelihood``: the target's unlikelihood stage alone, on the shipped target."""
     args = _stage_arguments(argv, "unlikelihood",
                             "Fine-tune the shipped target against its own greedy loops "
-                            "(specdec_lib.training.unlikelihood), the pipeline's last target stage, and record it in "
+                            "(specdec_tools.training.unlikelihood), the pipeline's last target stage, and record it in "
                             "the training report. Then retrain the drafts (train drafts) and the heads (train "
                             "heads): they were fitted to the old target.", "where the target before the stage is saved")
     apply_to_shipped_target(FULL, args.models, args.work)
@@ -360,14 +363,14 @@ def main(argv: list[str] | None = None) -> None:
         return _unlikelihood_main(argv[1:])
     if argv[:1] == ["fresh-text"]:
         return _fresh_text_main(argv[1:])
-    parser = argparse.ArgumentParser(prog="python -m specdec_lib train", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m specdec_tools train", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog="python -m specdec_lib train heads [--quick] trains Medusa heads and an "
+                                     epilog="python -m specdec_tools train heads [--quick] trains Medusa heads and an "
                                             "EAGLE layer on the frozen target instead (see its --help); "
-                                            "python -m specdec_lib train drafts retrains only the two drafts against "
-                                            "the shipped target; python -m specdec_lib train unlikelihood applies "
+                                            "python -m specdec_tools train drafts retrains only the two drafts against "
+                                            "the shipped target; python -m specdec_tools train unlikelihood applies "
                                             "only the target's unlikelihood stage to the shipped target; python -m "
-                                            "specdec_lib.training.cli fresh-text only the draft's last phase to the "
+                                            "specdec_tools.training.cli fresh-text only the draft's last phase to the "
                                             "shipped draft.")
     parser.add_argument("--out", type=Path, default=REPO_DATA_DIR / "models", help="where the models go (default: data/models)")
     parser.add_argument("--work", type=Path, default=Path("runs"), help="intermediate checkpoints (not committed)")

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from ..core.forward import lm_head_logits
+from specdec_lib.core.forward import lm_head_logits
 from .tokenizer_training import save_tokenizer
 
 

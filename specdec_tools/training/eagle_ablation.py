@@ -1,5 +1,5 @@
 """What do EAGLE-3's two changes buy? Four EAGLE layers trained alike, measured alike:
-``python -m specdec_lib.training.eagle_ablation``.
+``python -m specdec_tools.training.eagle_ablation``.
 
 EAGLE-3 (Li et al., 2025) changed two things about the EAGLE drafter: it reads a *fusion* of a low, a middle and
 the last target layer instead of the last hidden state alone, and it is trained with *training-time test*: during
@@ -34,8 +34,8 @@ import time
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from ..core.devices import torch_threads
-from ..core.paths import REPO_DATA_DIR
+from specdec_lib.core.devices import torch_threads
+from specdec_lib.core.paths import REPO_DATA_DIR
 from .head_data import feature_data
 from .heads import EAGLE_KIND, FULL, QUICK, REPORT_FILE, HeadsSpec, train_heads
 
@@ -106,7 +106,7 @@ def run_control(shipped_folder: Path, target_folder: Path, quick: bool = False) 
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m specdec_lib.training.eagle_ablation", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m specdec_tools.training.eagle_ablation", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=REPO_DATA_DIR / "models" / ABLATION_FILE)
     parser.add_argument("--target", type=Path, default=REPO_DATA_DIR / "models" / "target")

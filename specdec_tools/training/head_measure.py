@@ -24,17 +24,17 @@ import statistics
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from ..bench.profiling import TimedDrafter
-from ..core.drafting import Context, Drafter, TargetOutput
-from ..drafters.eagle import EagleDrafter, EagleModule
-from ..drafters.heads import MedusaHeads
-from ..prompts import load_prompts
-from ..core.sampling import GREEDY
-from ..decoders import speculative_generate
-from ..core.trace import (Trace, acceptance_rate, mean_acceptance_length, per_position_acceptance, per_token_acceptance,
-                     tokens_per_target_forward)
-from ..core.result import summarize
-from .measure import encode_prompts, forward_cost
+from specdec_lib.bench.profiling import TimedDrafter
+from specdec_lib.core.drafting import Context, Drafter, TargetOutput
+from specdec_lib.drafters.eagle import EagleDrafter, EagleModule
+from specdec_lib.drafters.heads import MedusaHeads
+from specdec_lib.bench.model_measures import forward_cost
+from specdec_lib.prompts import encode_prompts, load_prompts
+from specdec_lib.core.sampling import GREEDY
+from specdec_lib.decoders import speculative_generate
+from specdec_lib.core.trace import (Trace, acceptance_rate, mean_acceptance_length, per_position_acceptance,
+                                    per_token_acceptance, tokens_per_target_forward)
+from specdec_lib.core.result import summarize
 
 COST_CONTEXT = 64  # c's denominator: one target forward of one new token after this many
 

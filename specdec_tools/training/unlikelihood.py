@@ -13,7 +13,7 @@ is the standard remedy. Each step:
 1. the target continues ``prompts`` random windows of the training split greedily for ``new_tokens`` tokens
    (no gradient), with the library's batched baseline;
 2. every token of a 4-gram that already occurred earlier in its own continuation is a *repeat*
-   (`measure.repeated_ngram_mask`, the measure the cards report);
+   (`specdec_lib.bench.model_measures.repeated_ngram_mask`, the measure the cards report);
 3. the loss is the usual next-token loss on a corpus batch (with the early-exit term, `model_training.lm_loss`,
    which keeps the model a language model) plus ``weight`` × the unlikelihood loss
    ``-log(1 - p(x_t | x_<t))`` averaged over the repeats (`unlikelihood_loss`): the model is pushed off exactly
@@ -33,9 +33,9 @@ import torch
 from tqdm.auto import tqdm
 from transformers import AutoTokenizer, LlamaForCausalLM
 
-from ..decoders import batched_autoregressive_generate
+from specdec_lib.bench.model_measures import repeated_ngram_mask
+from specdec_lib.decoders import batched_autoregressive_generate
 from .drafts import shipped_corpus
-from .measure import repeated_ngram_mask
 from .model_training import ModelSpec, lm_loss, optimizer_step, sample_windows, save_model, validation_loss
 from .tokenizer_training import tokenize_texts
 
@@ -130,9 +130,9 @@ def unlikelihood_stage(spec, target: LlamaForCausalLM, tokenizer, tokens: torch.
 
 
 def apply_to_shipped_target(spec, models_dir: Path, work_dir: Path) -> dict:
-    """Run this stage alone on the shipped target (``python -m specdec_lib train unlikelihood``) and record it.
+    """Run this stage alone on the shipped target (``python -m specdec_tools train unlikelihood``) and record it.
 
-    spec: the family's ``specdec_lib.training.cli.FamilySpec`` (its ``target``, ``target_unlikelihood`` and seed). The
+    spec: the family's ``specdec_tools.training.cli.FamilySpec`` (its ``target``, ``target_unlikelihood`` and seed). The
     corpus must be the shipped family's (`drafts.shipped_corpus` checks it). Refused when the report says the
     target already went through this stage: fine-tuning twice is not what the pipeline does. The target before
     the stage is saved to ``work_dir/target_before_unlikelihood``; the report gets the stage's summary, the
@@ -143,7 +143,7 @@ def apply_to_shipped_target(spec, models_dir: Path, work_dir: Path) -> dict:
     report = json.loads(report_path.read_text())
     if "target_unlikelihood" in report["training"]:
         raise ValueError(f"{models_dir / 'target'} already went through the unlikelihood stage (see "
-                         f"{report_path}): applying it twice is not what `python -m specdec_lib train` does. Restore "
+                         f"{report_path}): applying it twice is not what `python -m specdec_tools train` does. Restore "
                          "the target from git, or retrain the whole family.")
     torch.set_num_threads(spec.threads)
     train_texts, val_texts = shipped_corpus(spec, models_dir)

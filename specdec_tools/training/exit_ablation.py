@@ -1,5 +1,5 @@
 """Does the auxiliary early-exit loss matter? Two targets trained alike, with and without it, drafting for
-themselves from the same shallow exit: ``python -m specdec_lib.training.exit_ablation``.
+themselves from the same shallow exit: ``python -m specdec_tools.training.exit_ablation``.
 
 Self-speculative decoding drafts with the target's first E layers through its final norm and LM head. Nothing in
 ordinary training asks layer E's output to be readable by that head: LayerSkip (Elhoushi et al. 2024) adds an
@@ -27,16 +27,15 @@ from pathlib import Path
 
 import torch
 
-from ..decoders import autoregressive_generate
-from ..core.devices import torch_threads
-from ..drafters.early_exit import EarlyExitDrafter
-from ..loading import load_embedded
-from ..core.paths import REPO_DATA_DIR
-from ..prompts import load_prompts
-from ..decoders import speculative_generate
-from ..core.trace import Trace, mean_acceptance_length, per_token_acceptance
+from specdec_lib.decoders import autoregressive_generate
+from specdec_lib.core.devices import torch_threads
+from specdec_lib.drafters.early_exit import EarlyExitDrafter
+from specdec_lib.loading import load_embedded
+from specdec_lib.core.paths import REPO_DATA_DIR
+from specdec_lib.prompts import encode_prompts, load_prompts
+from specdec_lib.decoders import speculative_generate
+from specdec_lib.core.trace import Trace, mean_acceptance_length, per_token_acceptance
 from .corpus import collect_stdlib_sources, split_files
-from .measure import encode_prompts
 from .model_training import ModelSpec, build_model, train_model, validation_loss
 from .tokenizer_training import tokenize_texts
 
@@ -92,7 +91,7 @@ def run_ablation(spec: ModelSpec, *, max_files: int | None = None, prompts: int 
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m specdec_lib.training.exit_ablation", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m specdec_tools.training.exit_ablation", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=REPO_DATA_DIR / "models" / ABLATION_FILE)
     parser.add_argument("--quick", action="store_true", help="tiny models on a corpus slice (seconds; for tests)")

@@ -4,7 +4,7 @@
                `collect_stdlib_sources` / `split_files` / the family's tokenisation, reused, not copied), or
                text the target wrote itself (``train_text="target"``): each window a random corpus prompt of
                ``target_text_prompt`` tokens and the target's greedy continuation to the window's end
-               (`specdec_lib.training.target_text`; self-distillation: the contexts met when decoding)
+               (`specdec_tools.training.target_text`; self-distillation: the contexts met when decoding)
     features   the target's hidden states at the layers the drafters read, [W, T, H * D] float32, computed once
                under ``torch.inference_mode`` (no graph, no gradient through the target's layers)
 
@@ -22,11 +22,11 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedModel
 
-from ..core.errors import ConfigError
-from ..core.forward import LAST_HIDDEN, select_hidden
-from ..drafters.eagle import check_feature_layers
-from ..drafters.frozen_target import target_fingerprint
-from ..loading import load_model_folder
+from specdec_lib.core.errors import ConfigError
+from specdec_lib.core.forward import LAST_HIDDEN, select_hidden
+from specdec_lib.drafters.eagle import check_feature_layers
+from specdec_lib.drafters.frozen_target import target_fingerprint
+from specdec_lib.loading import load_model_folder
 from .corpus import collect_stdlib_sources, corpus_manifest, split_files
 from .head_spec import HeadsSpec
 from .model_training import sample_windows
