@@ -231,8 +231,8 @@ def reference_loop(input_ids: torch.Tensor, gamma: int, max_new_tokens: int, *, 
         block = torch.cat([sequence[:, -1:], draft_tokens.view(1, -1)], dim=1)
         logits = forward_with_cache(target, block, t_cache, logits_to_keep=k + 1)[0]
         forwards += 1
-        verdict = verify_greedy(logits, draft_tokens)
-        emitted = torch.tensor([drafts[: verdict.num_accepted] + [verdict.next_token]], device=input_ids.device)
+        n, token, _ = verify_greedy(logits[None], draft_tokens[None]).tolist()[0]  # one round: a batch of one
+        emitted = torch.tensor([drafts[:n] + [token]], device=input_ids.device)
         sequence = torch.cat([sequence, emitted], dim=1)
         if k > 0:
             draft_read = min(length + k - 1, sequence.shape[1] - 1)
