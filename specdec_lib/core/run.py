@@ -33,8 +33,9 @@ from .result import ForwardRecord, GenerationResult
 from .rows import PAD_ID, ROW_KINDS, left_pad
 from .sampling import GREEDY, SamplingConfig, check_sampling, make_generator
 from .stopping import stop_token_ids
-from .trees import TreeShape, check_parents, node_depths
-from .validation import check_count, check_drafter, check_prompts, check_same_device, context_length, is_whole
+from .trees import TreeShape, node_depths
+from .validation import (check_count, check_drafter, check_gamma, check_prompts, check_same_device, context_length,
+                         is_whole)
 from .verify import Verdict, check_probabilities
 
 
@@ -121,8 +122,7 @@ class Run:
         check_drafter(drafter, batch=len(prompts), tree=settings.tree is not None)
         check_same_device(target.device, getattr(drafter, "device", None))
         if settings.tree is None and not isinstance(drafter, TargetAlone):
-            check_count("gamma (the number of draft tokens per round)", settings.gamma, minimum=1,
-                        hint="Typical values are 2 to 8; use autoregressive_generate for plain decoding.")
+            check_gamma(settings.gamma)
         if settings.cache_kind != "dynamic" and len(prompts) > 1:
             raise ConfigError(f"A {settings.cache_kind!r} cache holds one row; use cache_kind='dynamic' for a "
                               f"batch of {len(prompts)}.")
@@ -179,8 +179,7 @@ class Run:
             raise ConfigError(f"The draft has {tokens.shape[0]} rows but {self.batch} rows are generating.")
         width = tokens.shape[1]
         lengths = [width] * self.batch if draft.lengths is None else list(draft.lengths)
-        if draft.parents is not None:
-            check_parents(draft.parents)
+        if draft.parents is not None:  # node_depths refuses parents that are not a tree
             if len(draft.parents) != width or max(node_depths(draft.parents), default=0) > context.budget[0]:
                 raise ConfigError(f"A token tree of {len(draft.parents)} parents must come with as many tokens (got "
                                   f"{width}) and stay within the depth asked for ({context.budget[0]}).")

@@ -24,6 +24,7 @@ from transformers import DynamicCache, LlamaConfig
 from ...core.caches import cache_length, crop_cache, new_cache
 from ...core.forward import forward_with_cache
 from ...core.pair import ModelPair
+from ...core.validation import is_whole
 from ...core.verify import verify_greedy
 from ...loading import load_pair
 from ...prompts import load_prompts
@@ -266,7 +267,7 @@ def _rollback_cases() -> list[Case]:
 def _as_tokens(got: Any) -> list[int] | None:
     if isinstance(got, torch.Tensor):
         got = got.flatten().tolist()
-    if isinstance(got, (list, tuple)) and all(isinstance(t, int) and not isinstance(t, bool) for t in got):
+    if isinstance(got, (list, tuple)) and all(is_whole(t) for t in got):
         return list(got)
     return None
 
