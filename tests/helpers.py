@@ -327,11 +327,11 @@ def count_transitions(previous: torch.Tensor, emitted: torch.Tensor, kept: torch
     return torch.bincount(pairs, minlength=vocab * vocab).view(vocab, vocab)
 
 
-def chain_transition_counts(verify_batch, target_chain: torch.Tensor, draft_chain: torch.Tensor, *, gamma: int,
+def chain_transition_counts(verify, target_chain: torch.Tensor, draft_chain: torch.Tensor, *, gamma: int,
                             streams: int, rounds: int, seed: int = 0) -> torch.Tensor:
     """Speculative decoding of a Markov-chain target, ``streams`` independent streams at once for ``rounds`` rounds:
-    each round the draft chain samples ``gamma`` tokens per stream, ``verify_batch(p [B, gamma + 1, V], q [B, gamma,
-    V], drafts [B, gamma], None, generator)`` (a `BatchVerdict` verifier, e.g. `verify_exact_batch`) keeps some, and
+    each round the draft chain samples ``gamma`` tokens per stream, ``verify(p [B, gamma + 1, V], q [B, gamma,
+    V], drafts [B, gamma], None, generator)`` (a verifier returning a `Verdict`, e.g. `verify_exact`) keeps some, and
     rows p_i / q_i follow the drafted path. Returns the transition counts ``[V, V]``; when the verifier is exact,
     row a is a multinomial sample of ``target_chain[a]``."""
     vocab = target_chain.shape[0]
@@ -344,12 +344,12 @@ def chain_transition_counts(verify_batch, target_chain: torch.Tensor, draft_chai
             q_rows.append(draft_chain[path[-1]])  # [B, V]
             path.append(torch.multinomial(q_rows[-1], 1, generator=generator)[:, 0])
         path_t = torch.stack(path, dim=1)  # [B, gamma + 1]
-        verdict = verify_batch(target_chain[path_t], torch.stack(q_rows, dim=1), path_t[:, 1:], None, generator)
+        verdict = verify(target_chain[path_t], torch.stack(q_rows, dim=1), path_t[:, 1:], None, generator)
         emitted = torch.cat([path_t[:, 1:], path_t.new_zeros(streams, 1)], dim=1)  # [B, gamma + 1]
-        emitted[torch.arange(streams), verdict.num_accepted] = verdict.next_tokens
-        kept = torch.arange(gamma + 1) <= verdict.num_accepted[:, None]
+        emitted[torch.arange(streams), verdict.accepted] = verdict.next_token
+        kept = torch.arange(gamma + 1) <= verdict.accepted[:, None]
         counts += count_transitions(last, emitted, kept, vocab)
-        last = emitted[torch.arange(streams), verdict.num_accepted]
+        last = emitted[torch.arange(streams), verdict.accepted]
     return counts
 
 

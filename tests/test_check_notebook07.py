@@ -25,7 +25,8 @@ def expected_drafts(p, q, gamma, *, weight="q", emitted=False, inverted=False, i
             capped = ratio if uncapped else min(1.0, ratio)
             alive = capped if independent else alive * capped
             token_wise += alive
-        law = block_thresholds(p.repeat(gamma + 1, 1), q.repeat(gamma, 1), torch.tensor(drafts)).length_distribution()
+        law = block_thresholds(p.repeat(1, gamma + 1, 1), q.repeat(1, gamma, 1), torch.tensor([drafts]))
+        law = law.length_distribution()[0]  # one draft: a batch of one
         block_mean = float((torch.arange(gamma + 1) * law).sum()) if block else token_wise
         if block_from_one:
             block_mean = float((torch.arange(1, gamma + 2) * law).sum())

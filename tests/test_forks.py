@@ -253,9 +253,9 @@ def test_the_planted_bug_accepts_a_clear_second_choice_and_nothing_else():
     logits[0, 0, 1] = 2.5  # position 0: token 1 second, 1.5 nats behind (clear)
     logits[0, 1, 1] = 3.5  # position 1: token 1 second, 0.5 nats behind (not clear)
     verdict = planted_bug_verify(logits, torch.tensor([[1, 1]]))
-    assert int(verdict.num_accepted[0]) == 1 and int(verdict.next_tokens[0]) == 0  # accepted the clear second choice
+    assert verdict.tolist() == [(1, 0, "recovered")]  # accepted the clear second choice
     clean = planted_bug_verify(logits, torch.tensor([[0, 0]]))
-    assert int(clean.num_accepted[0]) == 2  # the target's own choices: as greedy verification
+    assert int(clean.accepted[0]) == 2  # the target's own choices: as greedy verification
 
 
 class SecondChoiceDrafter(Drafter):

@@ -33,10 +33,10 @@ from specdec_lib.core.caches import cache_length, compact_cache, new_cache
 from specdec_lib.core.forward import forward_with_cache
 from specdec_lib.core.sampling import sample_token
 from specdec_lib.core.stats import bucket_counts, chi_square_gof, total_variation
+from specdec_lib.core.verify import Verdict
 from specdec_lib import tree_speculative_generate
 from specdec_lib.core.trees import (
     TreeShape,
-    TreeVerdict,
     ancestor_matrix,
     children_of,
     node_depths,
@@ -150,21 +150,32 @@ def _logits_choosing(choices: list[int], vocab: int = 8) -> torch.Tensor:
     return torch.nn.functional.one_hot(torch.tensor(choices), vocab).float() * 10
 
 
+def outcome(verdict: Verdict) -> tuple[tuple[int, ...], int, str]:
+    """``(path, next_token, kind)`` of a one-tree `Verdict`."""
+    _, token, kind = verdict.tolist()[0]
+    return verdict.paths()[0], token, kind
+
+
 def test_greedy_tree_verification_follows_the_targets_argmax():
-    parents, tokens = TreeShape((2, 2)).parents(), torch.tensor([3, 4, 5, 6, 1, 2])
+    parents, tokens = TreeShape((2, 2)).parents(), torch.tensor([[3, 4, 5, 6, 1, 2]])
     # the target wants 4 after the root (node 1), then 2 after node 1 (node 5), then 7 after node 5 (a leaf)
-    logits = _logits_choosing([4, 0, 2, 0, 0, 0, 7])
-    assert verify_tree_greedy(logits, tokens, parents) == TreeVerdict((1, 5), 7, "bonus")
-    logits = _logits_choosing([4, 0, 3, 0, 0, 0, 7])  # no child of node 1 carries 3: recovered
-    assert verify_tree_greedy(logits, tokens, parents) == TreeVerdict((1,), 3, "recovered")
-    assert verify_tree_greedy(_logits_choosing([6]), torch.empty(0, dtype=torch.long), ()) == TreeVerdict((), 6, "bonus")
+    logits = _logits_choosing([4, 0, 2, 0, 0, 0, 7])[None]
+    assert outcome(verify_tree_greedy(logits, tokens, parents)) == ((1, 5), 7, "bonus")
+    recovered = _logits_choosing([4, 0, 3, 0, 0, 0, 7])[None]  # no child of node 1 carries 3: recovered
+    assert outcome(verify_tree_greedy(recovered, tokens, parents)) == ((1,), 3, "recovered")
+    assert outcome(verify_tree_greedy(_logits_choosing([6])[None], torch.empty(1, 0, dtype=torch.long), ())) == (
+        (), 6, "bonus")
+    both = verify_tree_greedy(torch.cat([logits, recovered]), tokens.expand(2, -1), parents)  # two trees, one shape
+    assert both.path.tolist() == [[1, 5], [1, -1]] and both.tolist() == [(2, 7, "bonus"), (1, 3, "recovered")]
 
 
 def test_tree_verification_checks_its_shapes():
     with pytest.raises(ConfigError, match="N \\+ 1"):
-        verify_tree_greedy(torch.zeros(3, 8), torch.tensor([1, 2, 3]), (-1, -1, 0))
+        verify_tree_greedy(torch.zeros(1, 3, 8), torch.tensor([[1, 2, 3]]), (-1, -1, 0))
     with pytest.raises(ConfigError, match="one per node"):
-        verify_tree_exact(torch.full((4, 8), 1 / 8), torch.tensor([1, 2]), (-1, -1, 0))
+        verify_tree_exact(torch.full((1, 4, 8), 1 / 8), torch.tensor([[1, 2]]), (-1, -1, 0))
+    with pytest.raises(ConfigError, match="one tree is a batch of one"):
+        verify_tree_greedy(torch.zeros(4, 8), torch.tensor([1, 2, 3]), (-1, -1, 0))
 
 
 ROOT_DRAWS = 3000  # ~0.4 s of `verify_tree_exact` calls
@@ -176,12 +187,12 @@ def test_exact_tree_verification_emits_the_targets_distribution_at_the_root():
     the recovered token from p instead of the residual would move it by p(T) (1 - p(T)) = 0.21, T the candidates."""
     p = torch.tensor([0.3, 0.05, 0.4, 0.1, 0.15, 0.0])
     tokens, parents = torch.tensor([2, 0, 5]), (-1, -1, -1)
-    rows = p.repeat(4, 1)
+    rows = p.repeat(1, 4, 1)  # [1, N + 1, V]: one tree
     generator = torch.Generator().manual_seed(0)
     first = []
     for _ in range(ROOT_DRAWS):
-        verdict = verify_tree_exact(rows, tokens, parents, generator)
-        first.append(int(tokens[verdict.path[0]]) if verdict.path else verdict.next_token)
+        path, token, _ = outcome(verify_tree_exact(rows, tokens[None], parents, generator))
+        first.append(int(tokens[path[0]]) if path else token)
     counts = torch.bincount(torch.tensor(first), minlength=6)
     test = chi_square_gof(counts.tolist(), p.tolist())
     assert counts[5] == 0 and test.passes(SIGNIFICANCE), (counts.tolist(), test)
@@ -215,10 +226,11 @@ def recovered_from_p(p, tokens, parents, generator):
     """A wrong rule built on purpose: the recovered token drawn from p itself, not from the residual (so the
     rejected candidates can come back and are over-represented)."""
     verdict = verify_tree_exact(p, tokens, parents, generator)
-    if verdict.kind == "bonus":
+    if bool(verdict.bonus):
         return verdict
-    row = 0 if not verdict.path else verdict.path[-1] + 1
-    return TreeVerdict(verdict.path, int(sample_token(p[row], generator)), verdict.kind)
+    path = verdict.paths()[0]
+    row = 0 if not path else path[-1] + 1
+    return Verdict(verdict.accepted, sample_token(p[:, row], generator), verdict.bonus, verdict.path)
 
 
 def markov_tree_counts(verifier, rounds: int = ROUNDS, seed: int = 0) -> torch.Tensor:
@@ -230,8 +242,8 @@ def markov_tree_counts(verifier, rounds: int = ROUNDS, seed: int = 0) -> torch.T
     counts = torch.zeros(VOCAB, VOCAB, dtype=torch.long)
     last = 0
     for _ in range(rounds):
-        verdict = verifier(p_rows[last], tokens[last], PARENTS, generator)
-        emitted = [TREES[last][node] for node in verdict.path] + [verdict.next_token]
+        path, token, _ = outcome(verifier(p_rows[last][None], tokens[last][None], PARENTS, generator))
+        emitted = [TREES[last][node] for node in path] + [token]
         for before, after in zip([last] + emitted, emitted):
             counts[before, after] += 1
         last = emitted[-1]

@@ -1,5 +1,5 @@
 """verify_block: block verification (Sun et al., ICLR 2025) on the paper's toy (exactly, and by sampling in one
-batched call), on random cases, as a batch (a batch of one is `verify_block` draw for draw; ragged rows), on a
+batched call), on random cases, as a batch (ragged rows), on a
 context-dependent (Markov-chain) target checked transition by transition, exactly (every round enumerated) and by
 sampling many streams at once, where a wrong residual built on purpose is caught by the same test; and
 `speculative_generate(verification="block")` end to end.
@@ -29,8 +29,13 @@ from helpers import (
 from specdec_lib import DraftModelDrafter, speculative_generate
 from specdec_lib.core.errors import ConfigError
 from specdec_lib.core.stats import bucket_counts, chi_square_gof, total_variation
-from specdec_lib.core.block_verify import block_thresholds, verify_block, verify_block_batch
-from specdec_lib.core.verify import BatchVerdict, VerifyResult, residual_distribution, verify_exact_batch, verify_greedy
+from specdec_lib.core.block_verify import block_thresholds, verify_block
+from specdec_lib.core.verify import Verdict, residual_distribution, verify_exact, verify_greedy
+
+
+def one_draft(p_rows: torch.Tensor, q_rows: torch.Tensor | None, tokens: torch.Tensor):
+    """`block_thresholds` of one draft (``p_rows [k + 1, V]``, ``q_rows [k, V]``, ``tokens [k]``): a batch of one."""
+    return block_thresholds(p_rows[None], None if q_rows is None else q_rows[None], tokens[None])
 
 
 def accepted_length_law(p_rows: torch.Tensor, q_rows: torch.Tensor, rule: str) -> torch.Tensor:
@@ -45,7 +50,7 @@ def accepted_length_law(p_rows: torch.Tensor, q_rows: torch.Tensor, rule: str) -
         if weight == 0:
             continue
         if rule == "block":
-            law += weight * block_thresholds(p_rows, q_rows, tokens).length_distribution().double()
+            law += weight * one_draft(p_rows, q_rows, tokens).length_distribution()[0].double()
         else:
             keep = torch.clamp(p_rows[torch.arange(k), tokens] / q_rows[torch.arange(k), tokens], max=1)
             survive = torch.cat([torch.ones(1), torch.cumprod(keep, 0)]).double()  # P(at least n accepted)
@@ -77,12 +82,12 @@ def test_the_toy_by_sampling():
     assert tolerance < (11 / 9 - 10 / 9) / 2
     generator = torch.Generator().manual_seed(0)
     drafts = torch.multinomial(TOY_Q, draws * 2, replacement=True, generator=generator).view(draws, 2)
-    for rule, verify_batch, mean in (("block", verify_block_batch, 11 / 9), ("token", verify_exact_batch, 10 / 9)):
-        verdict = verify_batch(TOY_P.expand(draws, 3, 2), TOY_Q.expand(draws, 2, 2), drafts, generator=generator)
-        test = chi_square_gof(torch.bincount(verdict.num_accepted, minlength=3),
+    for rule, verify, mean in (("block", verify_block, 11 / 9), ("token", verify_exact, 10 / 9)):
+        verdict = verify(TOY_P.expand(draws, 3, 2), TOY_Q.expand(draws, 2, 2), drafts, generator=generator)
+        test = chi_square_gof(torch.bincount(verdict.accepted, minlength=3),
                               accepted_length_law(TOY_P.expand(3, 2), TOY_Q.expand(2, 2), rule))
         assert test.passes(SIGNIFICANCE) and detectable_tv(draws, test.cells) <= 0.018, (rule, test)
-        assert float(verdict.num_accepted.double().mean()) == pytest.approx(mean, abs=tolerance), rule
+        assert float(verdict.accepted.double().mean()) == pytest.approx(mean, abs=tolerance), rule
 
 
 def test_length_distribution_is_a_distribution_and_block_never_accepts_fewer():
@@ -92,7 +97,7 @@ def test_length_distribution_is_a_distribution_and_block_never_accepts_fewer():
         p_rows = torch.softmax(torch.randn(k + 1, vocab, generator=generator) * 2, -1)
         q_rows = torch.softmax(torch.randn(k, vocab, generator=generator) * 2, -1)
         draft = torch.multinomial(q_rows, 1, generator=generator).view(-1)
-        lengths = block_thresholds(p_rows, q_rows, draft).length_distribution()
+        lengths = one_draft(p_rows, q_rows, draft).length_distribution()[0]
         assert lengths.sum().item() == pytest.approx(1.0, abs=1e-6) and (lengths >= -1e-7).all()
         assert expected_accepted(p_rows, q_rows, "block") >= expected_accepted(p_rows, q_rows, "token") - 1e-6
 
@@ -105,7 +110,8 @@ def test_one_hot_p_and_q_coincide_with_greedy_verification():
         choice = logits.argmax(-1)
         draft = torch.where(torch.rand(k, generator=generator) < 0.7, choice[:k], torch.randint(0, 7, (k,)))
         p, q = torch.eye(7)[choice], torch.eye(7)[draft]
-        assert verify_block(p, q, draft, generator) == verify_greedy(logits, draft)
+        block = verify_block(p[None], q[None], draft[None], generator=generator)
+        assert block.tolist() == verify_greedy(logits[None], draft[None]).tolist()
 
 
 def test_the_token_after_a_partly_kept_block_comes_from_the_weighted_residual():
@@ -116,46 +122,37 @@ def test_the_token_after_a_partly_kept_block_comes_from_the_weighted_residual():
     p = torch.tensor([[0.2, 0.5, 0.3], [0.5, 0.3, 0.2], [1 / 3, 1 / 3, 1 / 3]])
     q = torch.tensor([[0.4, 0.3, 0.3], [0.2, 0.25, 0.55]])
     tokens = torch.tensor([0, 2])
-    block = block_thresholds(p, q, tokens)
-    assert block.residuals[1].tolist() == pytest.approx([0.05, 0, 0], abs=1e-6)
-    assert float(block.length_distribution()[1]) == pytest.approx(0.0745, abs=1e-3)
+    block = one_draft(p, q, tokens)
+    assert block.residuals[0, 1].tolist() == pytest.approx([0.05, 0, 0], abs=1e-6)
+    assert float(block.length_distribution()[0, 1]) == pytest.approx(0.0745, abs=1e-3)
     rows = 4000
-    verdict = verify_block_batch(p.expand(rows, 3, 3), q.expand(rows, 2, 3), tokens.expand(rows, 2),
-                                 generator=torch.Generator().manual_seed(0))
-    after_one = verdict.next_tokens[verdict.num_accepted == 1]
+    verdict = verify_block(p.expand(rows, 3, 3), q.expand(rows, 2, 3), tokens.expand(rows, 2),
+                           generator=torch.Generator().manual_seed(0))
+    after_one = verdict.next_token[verdict.accepted == 1]
     assert after_one.numel() > 200 and set(after_one.tolist()) == {0}
-    assert set(verdict.next_tokens[verdict.num_accepted == 0].tolist()) == {1}  # w_0 = 1: max(p_0 - q_0, 0)
+    assert set(verdict.next_token[verdict.accepted == 0].tolist()) == {1}  # w_0 = 1: max(p_0 - q_0, 0)
 
 
 def test_inputs_are_checked_like_verify_exact():
     p = torch.tensor([[0.5, 0.5, 0.0], [1 / 3, 1 / 3, 1 / 3]])
     with pytest.raises(ConfigError, match="probability q = 0"):
-        verify_block(p, torch.tensor([[1.0, 0.0, 0.0]]), torch.tensor([1]))
-    with pytest.raises(ConfigError, match="k \\+ 1 = 3 rows"):
-        verify_block(p, None, torch.tensor([0, 1]))
-    assert verify_block(p[:1], torch.empty(0, 3), torch.empty(0, dtype=torch.long)).kind == "bonus"
-    assert isinstance(verify_block(p, None, torch.tensor([0]), torch.Generator().manual_seed(0)), VerifyResult)
-    with pytest.raises(ConfigError, match=r"\[B, K \+ 1, V\] = \[1, 2, V\]"):
-        verify_block_batch(p, None, torch.tensor([[0]]))
-    with pytest.raises(ConfigError, match=r"num_drafts must lie in \[0, K = 1\]"):
-        verify_block_batch(p[None], None, torch.tensor([[0]]), torch.tensor([2]))
+        verify_block(p[None], torch.tensor([[[1.0, 0.0, 0.0]]]), torch.tensor([[1]]))
+    with pytest.raises(ConfigError, match=r"\[B, K \+ 1, V\] = \[1, 3, V\]"):
+        verify_block(p[None], None, torch.tensor([[0, 1]]))
+    with pytest.raises(ConfigError, match="one round is a batch of one"):
+        verify_block(p, None, torch.tensor([[0]]))
+    assert verify_block(p[None, :1], torch.empty(1, 0, 3), torch.empty(1, 0, dtype=torch.long)).tolist()[0][2] == "bonus"
+    assert isinstance(verify_block(p[None], None, torch.tensor([[0]]), generator=torch.Generator().manual_seed(0)),
+                      Verdict)
+    with pytest.raises(ConfigError, match=r"num_drafts must be a LongTensor \[B\] = \[1\] of counts in \[0, K = 1\]"):
+        verify_block(p[None], None, torch.tensor([[0]]), torch.tensor([2]))
     with pytest.raises(ConfigError, match="position 0 of row 1 has probability q = 0"):
-        verify_block_batch(p.expand(2, 2, 3), torch.tensor([[[1.0, 0, 0]], [[1.0, 0, 0]]]), torch.tensor([[0], [1]]))
+        verify_block(p.expand(2, 2, 3), torch.tensor([[[1.0, 0, 0]], [[1.0, 0, 0]]]), torch.tensor([[0], [1]]))
+    with pytest.raises(ConfigError, match="one round is a batch of one"):
+        block_thresholds(p, None, torch.tensor([0]))
 
 
-# ---------------------------------------------------------------- the batch form: verify_block_batch
-
-
-def test_a_batch_of_one_is_verify_block_draw_for_draw():
-    maker = torch.Generator().manual_seed(3)
-    for trial in range(100):
-        k, vocab = trial % 4, 3 + trial % 4
-        p = torch.softmax(2 * torch.randn(k + 1, vocab, generator=maker), -1)
-        q = None if trial % 4 == 0 else torch.softmax(2 * torch.randn(k, vocab, generator=maker), -1)
-        tokens = torch.randint(0, vocab, (k,), generator=maker)
-        batch = verify_block_batch(p[None], None if q is None else q[None], tokens[None],
-                                   generator=torch.Generator().manual_seed(trial))
-        assert batch.results() == [verify_block(p, q, tokens, torch.Generator().manual_seed(trial))]
+# ---------------------------------------------------------------- a batch of ragged rounds
 
 
 def test_ragged_rows_never_accept_padding_and_take_their_bonus_from_their_own_row():
@@ -168,8 +165,8 @@ def test_ragged_rows_never_accept_padding_and_take_their_bonus_from_their_own_ro
     num_drafts = torch.arange(4)
     uniform = torch.full((4, 3, vocab), 1 / vocab)
     for q in (None, uniform, uniform * (torch.arange(3) < num_drafts[:, None])[..., None]):
-        verdict = verify_block_batch(p, q, tokens, num_drafts, torch.Generator().manual_seed(0))
-        assert verdict.results() == [VerifyResult(b, b + 1, "bonus") for b in range(4)]
+        verdict = verify_block(p, q, tokens, num_drafts, torch.Generator().manual_seed(0))
+        assert verdict.tolist() == [(b, b + 1, "bonus") for b in range(4)]
 
 
 # ---------------------------------------------------------------- a context-dependent target: a Markov chain
@@ -196,14 +193,14 @@ def block_round_law(weighted_residual: bool):
             path = (a,) + drafts
             p_rows, q_rows = P_CHAIN[list(path)], Q_CHAIN[list(path[:-1])]  # [GAMMA + 1, V], [GAMMA, V]
             weight = float(torch.prod(q_rows[torch.arange(GAMMA), torch.tensor(drafts)]))
-            block = block_thresholds(p_rows, q_rows, torch.tensor(drafts))
-            for tau, length_probability in enumerate(block.length_distribution().tolist()):
+            block = one_draft(p_rows, q_rows, torch.tensor(drafts))
+            for tau, length_probability in enumerate(block.length_distribution()[0].tolist()):
                 if length_probability == 0:
                     continue
                 if tau == GAMMA:
                     following = p_rows[GAMMA]  # the bonus token
                 elif weighted_residual:
-                    following = block.residuals[tau] / block.residual_mass[tau]  # Z_tau > 0 where tau can be kept
+                    following = block.residuals[0, tau] / block.residual_mass[0, tau]  # Z_tau > 0 where tau can be kept
                 else:
                     following = residual_distribution(p_rows[tau], q_rows[tau])
                 for token, probability in enumerate(following.tolist()):
@@ -212,14 +209,14 @@ def block_round_law(weighted_residual: bool):
     return law_after
 
 
-def wrong_residual_block(p, q, draft_tokens, num_drafts, generator) -> BatchVerdict:
+def wrong_residual_block(p, q, draft_tokens, num_drafts, generator) -> Verdict:
     """A port with the bug class the issue names: block verification's own accepted length tau, but the token after
     tau < k kept drafts drawn from ``norm(max(p_tau - q_tau, 0))``, without the prefix weight w_tau."""
-    verdict = verify_block_batch(p, q, draft_tokens, num_drafts, generator)
-    rows, tau = torch.arange(p.shape[0]), verdict.num_accepted
+    verdict = verify_block(p, q, draft_tokens, num_drafts, generator)
+    rows, tau = torch.arange(p.shape[0]), verdict.accepted
     q_at_tau = torch.cat([q, q.new_zeros(q.shape[0], 1, q.shape[2])], dim=1)[rows, tau]  # [B, V]
     wrong = torch.multinomial(residual_distribution(p[rows, tau], q_at_tau), 1, generator=generator)[:, 0]
-    return BatchVerdict(tau, torch.where(verdict.bonus, verdict.next_tokens, wrong), verdict.bonus)
+    return Verdict(tau, torch.where(verdict.bonus, verdict.next_token, wrong), verdict.bonus, verdict.path)
 
 
 
@@ -233,8 +230,8 @@ def test_block_verification_keeps_a_markov_target_exactly():
 def test_block_verification_keeps_a_markov_target_transition_by_transition():
     """STREAMS streams at once; a chi-square test per row (Bonferroni over the V rows). Every row catches a
     deviation of TV 0.03 (power 0.9), token 3's row one of 0.02: the wrong residual's 0.057 is caught with margin
-    (as is the mutant that drops the prefix weight inside `verify_block_batch`)."""
-    counts = chain_transition_counts(verify_block_batch, P_CHAIN, Q_CHAIN, gamma=GAMMA, streams=STREAMS,
+    (as is the mutant that drops the prefix weight inside `verify_block`)."""
+    counts = chain_transition_counts(verify_block, P_CHAIN, Q_CHAIN, gamma=GAMMA, streams=STREAMS,
                                      rounds=ROUNDS)
     p_values = transition_p_values(counts, P_CHAIN)
     assert all(p_value > SIGNIFICANCE / VOCAB for p_value in p_values), p_values

@@ -1,11 +1,10 @@
-"""verify_exact / verify_relaxed and the batch form: hand-made cases with known answers, then toy distributions
-checked statistically.
+"""verify_exact / verify_relaxed over ``[B, K]``: hand-made cases with known answers (one round, a batch of one),
+then toy distributions checked statistically.
 
 Tier 1: small vocabularies where the decision is forced (p(x) = 0 always rejects, p(x) >= q(x) always accepts,
 one-hot p and q reproduce verify_greedy) and a line-by-line reference implementation that must agree draw for draw.
-The batch form: a batch of one is `verify_exact` draw for draw, ragged rows never accept their padding and take
-their bonus from their own row, its inputs are checked.
-Tier 3 on toy distributions (V = 5 or 6): every case's rounds are verified in one `verify_exact_batch` call (a
+A batch: ragged rows never accept their padding and take their bonus from their own row; the inputs are checked.
+Tier 3 on toy distributions (V = 5 or 6): every case's rounds are verified in one `verify_exact` call (a
 row per round), so each test affords the draws its claim needs; each states the smallest total variation distance
 it catches (`detectable_tv`, power 0.9 at its p-value threshold) and checks that statement. The first emitted
 token follows p (chi-square above SIGNIFICANCE, TV shrinking like the sampling noise), acceptance is alpha = sum
@@ -31,15 +30,12 @@ from specdec_lib.core.stats import (
     tv_noise_floor,
 )
 from specdec_lib.core.verify import (
-    BatchVerdict,
-    VerifyResult,
+    Verdict,
     acceptance_probability,
     residual_distribution,
     verify_exact,
-    verify_exact_batch,
     verify_greedy,
     verify_relaxed,
-    verify_relaxed_batch,
 )
 
 # Rounds per toy case, verified in one batched call (milliseconds): over V = 6 cells a deviation of TV >= 0.014
@@ -71,23 +67,30 @@ CASES = {
 
 
 
-def first_tokens(drafts: torch.Tensor, verdict: BatchVerdict) -> torch.Tensor:
+def one_round(p: torch.Tensor, q: torch.Tensor | None, tokens: torch.Tensor, generator: torch.Generator | None = None,
+              *, rule=verify_exact, **options) -> tuple[int, int, str]:
+    """``(accepted, next_token, kind)`` of one round, ``p [k + 1, V]``, ``q [k, V] | None``, ``tokens [k]``, verified
+    by ``rule`` as a batch of one."""
+    return rule(p[None], None if q is None else q[None], tokens[None], None, generator, **options).tolist()[0]
+
+
+def first_tokens(drafts: torch.Tensor, verdict: Verdict) -> torch.Tensor:
     """The first emitted token of each round: the first draft if accepted, else the recovered token."""
-    return torch.where(verdict.num_accepted > 0, drafts[:, 0], verdict.next_tokens)
+    return torch.where(verdict.accepted > 0, drafts[:, 0], verdict.next_token)
 
 
 @lru_cache(maxsize=None)
-def rounds(case: str, k: int = 1, lenience: float = 1.0, seed: int = 0) -> tuple[torch.Tensor, BatchVerdict]:
+def rounds(case: str, k: int = 1, lenience: float = 1.0, seed: int = 0) -> tuple[torch.Tensor, Verdict]:
     """`DRAWS` seeded rounds of k i.i.d. positions of `CASES[case]`, one batch row each: (drafts [DRAWS, k], the
-    verdict). ``lenience`` other than 1 runs `verify_relaxed`'s rule (`verify_relaxed_batch`)."""
+    verdict). ``lenience`` other than 1 runs `verify_relaxed`."""
     p, q_true, q_reported, _ = CASES[case]
     generator = torch.Generator().manual_seed(seed)
     drafts = torch.multinomial(q_true, DRAWS * k, replacement=True, generator=generator).view(DRAWS, k)
     p_rows = p.expand(DRAWS, k + 1, V)  # the same target distribution at every position
     q_rows = None if q_reported is None else q_reported.expand(DRAWS, k, V)
     if lenience == 1.0:
-        return drafts, verify_exact_batch(p_rows, q_rows, drafts, generator=generator)
-    return drafts, verify_relaxed_batch(p_rows, q_rows, drafts, None, generator, lenience=lenience)
+        return drafts, verify_exact(p_rows, q_rows, drafts, generator=generator)
+    return drafts, verify_relaxed(p_rows, q_rows, drafts, None, generator, lenience=lenience)
 
 
 # ---------------------------------------------------------------- tier 1: forced decisions, exact answers
@@ -97,38 +100,37 @@ def test_a_token_the_target_rules_out_is_always_rejected_and_never_recovered():
     p = torch.stack([dist(0, 0.5, 0.5, 0), dist(1, 1, 1, 1)])
     q = dist(0.7, 0.1, 0.1, 0.1).view(1, 4)
     for seed in range(50):
-        result = verify_exact(p, q, torch.tensor([0]), torch.Generator().manual_seed(seed))
-        assert result.num_accepted == 0 and result.kind == "recovered"
-        assert result.next_token in (1, 2)  # residual max(p - q, 0) = [0, .4, .4, 0]
+        accepted, token, kind = one_round(p, q, torch.tensor([0]), torch.Generator().manual_seed(seed))
+        assert accepted == 0 and kind == "recovered"
+        assert token in (1, 2)  # residual max(p - q, 0) = [0, .4, .4, 0]
 
 
 def test_a_token_the_target_likes_at_least_as_much_is_always_accepted():
     p = torch.stack([dist(0.1, 0.6, 0.3, 0), dist(0, 0, 0, 1)])
     q = dist(0.3, 0.3, 0.4, 0).view(1, 4)  # p(1) = 0.6 >= q(1) = 0.3: min(1, p/q) = 1
     for seed in range(50):
-        result = verify_exact(p, q, torch.tensor([1]), torch.Generator().manual_seed(seed))
-        assert result == VerifyResult(1, 3, "bonus") and result.emitted == 2
+        assert one_round(p, q, torch.tensor([1]), torch.Generator().manual_seed(seed)) == (1, 3, "bonus")
 
 
 def test_disjoint_supports_reject_everything_and_recover_from_p():
     p = torch.stack([dist(0.5, 0.5, 0, 0)] * 3)
     q = torch.stack([dist(0, 0, 0.5, 0.5)] * 2)
     for seed in range(30):
-        result = verify_exact(p, q, torch.tensor([2, 3]), torch.Generator().manual_seed(seed))
-        assert result.num_accepted == 0 and result.next_token in (0, 1)
+        accepted, token, _ = one_round(p, q, torch.tensor([2, 3]), torch.Generator().manual_seed(seed))
+        assert accepted == 0 and token in (0, 1)
 
 
 def test_rejection_stops_at_the_first_rejected_position():
     p = torch.stack([dist(1, 1, 0, 0), dist(0, 0, 1, 1), dist(1, 0, 0, 0), dist(0, 1, 0, 0)])
     q = torch.stack([dist(1, 1, 0, 0), dist(1, 0, 0, 0), dist(1, 0, 0, 0)])  # position 1 drafts 0: p(0) = 0
-    result = verify_exact(p, q, torch.tensor([1, 0, 0]), torch.Generator().manual_seed(0))
-    assert result.num_accepted == 1 and result.kind == "recovered" and result.next_token in (2, 3)
+    accepted, token, kind = one_round(p, q, torch.tensor([1, 0, 0]), torch.Generator().manual_seed(0))
+    assert accepted == 1 and kind == "recovered" and token in (2, 3)
 
 
 def test_k_zero_is_a_plain_sample_from_p():
     p = dist(0, 0, 1, 0).view(1, 4)
-    assert verify_exact(p, None, torch.empty(0, dtype=torch.long)) == VerifyResult(0, 2, "bonus")
-    assert verify_exact(p, torch.empty(0, 4), torch.empty(0, dtype=torch.long)) == VerifyResult(0, 2, "bonus")
+    assert one_round(p, None, torch.empty(0, dtype=torch.long)) == (0, 2, "bonus")
+    assert one_round(p, torch.empty(0, 4), torch.empty(0, dtype=torch.long)) == (0, 2, "bonus")
 
 
 def test_one_hot_p_and_q_reproduce_verify_greedy():
@@ -140,27 +142,26 @@ def test_one_hot_p_and_q_reproduce_verify_greedy():
         other = torch.randint(0, 7, (k,), generator=generator)
         draft = torch.where(torch.rand(k, generator=generator) < 0.7, target_choice[:k], other)
         p, q = torch.eye(7)[target_choice], torch.eye(7)[draft]
-        result = verify_exact(p, q, draft, generator)
-        assert result == verify_greedy(logits, draft)
-        assert result.kind == ("bonus" if result.num_accepted == k else "recovered")
+        accepted, token, kind = one_round(p, q, draft, generator)
+        assert (accepted, token, kind) == verify_greedy(logits[None], draft[None]).tolist()[0]
+        assert kind == ("bonus" if accepted == k else "recovered")
 
 
 def test_unknown_q_is_a_point_mass_on_each_draft():
     p = torch.stack([dist(0.2, 0.3, 0.5), dist(0.2, 0.3, 0.5)])
     for seed in range(100):  # q = None and an explicit one-hot q take the same decisions from the same draws
         tokens = torch.tensor([seed % 3])
-        a = verify_exact(p, None, tokens, torch.Generator().manual_seed(seed))
-        b = verify_exact(p, torch.eye(3)[tokens], tokens, torch.Generator().manual_seed(seed))
-        assert a == b
-        if a.kind == "recovered":
-            assert a.next_token != int(tokens[0])  # the residual is p without the rejected draft
+        accepted, token, kind = one_round(p, None, tokens, torch.Generator().manual_seed(seed))
+        assert (accepted, token, kind) == one_round(p, torch.eye(3)[tokens], tokens, torch.Generator().manual_seed(seed))
+        if kind == "recovered":
+            assert token != int(tokens[0])  # the residual is p without the rejected draft
 
 
 def test_all_zero_residual_falls_back_to_p_without_nans():
     p = torch.stack([dist(0, 0.5, 0.5), dist(1, 1, 1)])
     # p == q: every draft q can draw is accepted (the residual max(p - q, 0) = 0 is never needed)
-    result = verify_exact(p, p[:1].clone(), torch.tensor([1]), torch.Generator().manual_seed(0))
-    assert result.num_accepted == 1 and result.kind == "bonus"
+    accepted, _, kind = one_round(p, p[:1].clone(), torch.tensor([1]), torch.Generator().manual_seed(0))
+    assert accepted == 1 and kind == "bonus"
     assert torch.equal(residual_distribution(p[0], p[0]), p[0])
     assert not torch.isnan(residual_distribution(torch.eye(3), torch.eye(3))).any()
 
@@ -204,42 +205,49 @@ def test_a_seed_fixes_the_round_and_matches_the_reference_draw_for_draw():
     maker = torch.Generator().manual_seed(7)
     for trial in range(300):
         p, q, tokens = random_round(maker, trial)
-        mine = verify_exact(p, q, tokens, torch.Generator().manual_seed(trial))
-        assert mine == verify_exact(p, q, tokens, torch.Generator().manual_seed(trial))  # reproducible
-        reference = reference_verify(p, q, tokens, torch.Generator().manual_seed(trial))
-        assert (mine.num_accepted, mine.next_token, mine.kind) == reference
-        assert verify_relaxed(p, q, tokens, torch.Generator().manual_seed(trial), lenience=1) == mine  # l = 1 is exact
+        mine = one_round(p, q, tokens, torch.Generator().manual_seed(trial))
+        assert mine == one_round(p, q, tokens, torch.Generator().manual_seed(trial))  # reproducible
+        assert mine == reference_verify(p, q, tokens, torch.Generator().manual_seed(trial))
+        relaxed = one_round(p, q, tokens, torch.Generator().manual_seed(trial), rule=verify_relaxed, lenience=1)
+        assert relaxed == mine  # l = 1 is exact
 
 
 def test_relaxed_accepts_at_least_as_much_from_the_same_draws():
     p, q = P.expand(4, V), Q.expand(3, V)
     for seed in range(100):
         tokens = torch.multinomial(Q, 3, replacement=True, generator=torch.Generator().manual_seed(1000 + seed))
-        exact = verify_exact(p, q, tokens, torch.Generator().manual_seed(seed))
-        relaxed = verify_relaxed(p, q, tokens, torch.Generator().manual_seed(seed), lenience=3.0)
-        assert relaxed.num_accepted >= exact.num_accepted
+        exact = one_round(p, q, tokens, torch.Generator().manual_seed(seed))
+        relaxed = one_round(p, q, tokens, torch.Generator().manual_seed(seed), rule=verify_relaxed, lenience=3.0)
+        assert relaxed[0] >= exact[0]
 
 
 def test_bad_inputs_are_explained():
-    p, q, tokens = P.expand(3, V), Q.expand(2, V), torch.tensor([1, 2])
-    with pytest.raises(ConfigError, match=r"k \+ 1 = 3 rows"):
-        verify_exact(p[:2], q, tokens)
-    with pytest.raises(ConfigError, match=r"\[k \+ 1, V\]"):
-        verify_exact(P, q, tokens)
-    with pytest.raises(ConfigError, match=r"q .*\[k = 2, V\]"):
-        verify_exact(p, Q.expand(3, V), tokens)
+    p, q, tokens = P.expand(2, 3, V), Q.expand(2, 2, V), torch.tensor([[1, 2], [2, 4]])
+    with pytest.raises(ConfigError, match=r"LongTensor \[B, K\] \(one row per round\), got \[2\] \(one round is a batch"):
+        verify_exact(p, q, tokens[0])
+    with pytest.raises(ConfigError, match=r"\[B, K \+ 1, V\] = \[2, 3, V\]"):
+        verify_exact(p[:, :2], q, tokens)
+    with pytest.raises(ConfigError, match=r"one round is a batch of one"):
+        verify_exact(p[0], q, tokens)
+    with pytest.raises(ConfigError, match=r"q .*\[B, K, V\] = \[2, 2, V\]"):
+        verify_exact(p, q[:, :1], tokens)
     with pytest.raises(ConfigError, match="same vocabulary"):
-        verify_exact(p, torch.ones(2, V + 1) / (V + 1), tokens)
+        verify_exact(p, torch.ones(2, 2, V + 1) / (V + 1), tokens)
     with pytest.raises(ConfigError, match="logits_to_probs"):
-        verify_exact(torch.randn(3, V), q, tokens)  # logits are not probabilities
+        verify_exact(torch.randn(2, 3, V), q, tokens)  # logits are not probabilities
     with pytest.raises(ConfigError, match="logits_to_probs"):
-        verify_exact(p, torch.full((2, V), float("nan")), tokens)
+        verify_exact(p, torch.full((2, 2, V), float("nan")), tokens)
     with pytest.raises(ConfigError, match=r"\[0, 6\)"):
-        verify_exact(p, q, torch.tensor([1, 6]))
+        verify_exact(p, q, torch.tensor([[1, 2], [1, 6]]))
     with pytest.raises(ConfigError, match="integer token ids"):
-        verify_exact(p, q, torch.tensor([1.0, 2.0]))
-    with pytest.raises(ConfigError, match=r"1-D"):
-        verify_exact(p, q, torch.tensor([[1, 2]]))
+        verify_exact(p, q, tokens.float())
+    with pytest.raises(ConfigError, match=r"num_drafts must be a LongTensor \[B\] = \[2\]"):
+        verify_exact(p, q, tokens, torch.tensor([1]))
+    with pytest.raises(ConfigError, match=r"num_drafts must be a LongTensor \[B\] = \[2\] of counts in \[0, K = 2\]"):
+        verify_exact(p, q, tokens, torch.tensor([0, 3]))
+    with pytest.raises(ConfigError, match="Draft token 3 at position 1 of row 1 has probability q = 0"):
+        verify_exact(p, q, torch.tensor([[1, 2], [2, 3]]))  # Q(3) = 0
+    assert verify_exact(p, q, torch.tensor([[1, 2], [2, 3]]), torch.tensor([2, 1])).accepted.shape == (2,)
     for lenience in (0, -1.0, float("inf"), True, "2"):
         with pytest.raises(ConfigError, match="lenience"):
             verify_relaxed(p, q, tokens, lenience=lenience)
@@ -247,16 +255,7 @@ def test_bad_inputs_are_explained():
         acceptance_probability(P, Q[:3])
 
 
-# ---------------------------------------------------------------- the batch form: verify_exact_batch
-
-
-def test_a_batch_of_one_is_verify_exact_draw_for_draw():
-    maker = torch.Generator().manual_seed(8)
-    for trial in range(100):
-        p, q, tokens = random_round(maker, trial)
-        batch = verify_exact_batch(p[None], None if q is None else q[None], tokens[None],
-                                   generator=torch.Generator().manual_seed(trial))
-        assert batch.results() == [verify_exact(p, q, tokens, torch.Generator().manual_seed(trial))]
+# ---------------------------------------------------------------- a batch of ragged rounds
 
 
 def test_ragged_rows_never_accept_padding_and_take_their_bonus_from_their_own_row():
@@ -271,25 +270,8 @@ def test_ragged_rows_never_accept_padding_and_take_their_bonus_from_their_own_ro
     uniform = torch.full((4, 3, vocab), 1 / vocab)
     zero_on_padding = uniform * (torch.arange(3) < num_drafts[:, None])[..., None]
     for q in (None, uniform, zero_on_padding):
-        verdict = verify_exact_batch(p, q, tokens, num_drafts, torch.Generator().manual_seed(0))
-        assert verdict.results() == [VerifyResult(b, b + 1, "bonus") for b in range(4)]
-
-
-def test_bad_batch_inputs_are_explained():
-    p, q, tokens = P.expand(2, 3, V), Q.expand(2, 2, V), torch.tensor([[1, 2], [2, 4]])
-    with pytest.raises(ConfigError, match=r"LongTensor \[B, K\] \(one row per round\)"):
-        verify_exact_batch(p, q, tokens[0])
-    with pytest.raises(ConfigError, match=r"\[B, K \+ 1, V\] = \[2, 3, V\]"):
-        verify_exact_batch(p[:, :2], q, tokens)
-    with pytest.raises(ConfigError, match=r"q must have shape \[B, K, V\] = \[2, 2, V\]"):
-        verify_exact_batch(p, q[:, :1], tokens)
-    with pytest.raises(ConfigError, match=r"num_drafts must be a LongTensor \[B\] = \[2\]"):
-        verify_exact_batch(p, q, tokens, torch.tensor([1]))
-    with pytest.raises(ConfigError, match=r"num_drafts must lie in \[0, K = 2\]"):
-        verify_exact_batch(p, q, tokens, torch.tensor([0, 3]))
-    with pytest.raises(ConfigError, match="Draft token 3 at position 1 of row 1 has probability q = 0"):
-        verify_exact_batch(p, q, torch.tensor([[1, 2], [2, 3]]))  # Q(3) = 0
-    assert verify_exact_batch(p, q, torch.tensor([[1, 2], [2, 3]]), torch.tensor([2, 1])).num_accepted.shape == (2,)
+        verdict = verify_exact(p, q, tokens, num_drafts, torch.Generator().manual_seed(0))
+        assert verdict.tolist() == [(b, b + 1, "bonus") for b in range(4)]
 
 
 # ---------------------------------------------------------------- tier 3: toy distributions, statistically
@@ -310,7 +292,7 @@ def test_first_token_follows_p_and_acceptance_is_alpha(case):
     assert all(tv <= 3 * tv_noise_floor(p, n) for tv, n in zip(tvs, sizes)), tvs
     # acceptance: a binomial count with success probability alpha; |z| < 4 pins the rate to +-0.01
     assert 4 * math.sqrt(0.25 / DRAWS) <= 0.01
-    assert abs(binomial_z(int(verdict.num_accepted.sum()), DRAWS, alpha)) < 4, (case, alpha)
+    assert abs(binomial_z(int(verdict.accepted.sum()), DRAWS, alpha)) < 4, (case, alpha)
     if q_reported is not None:
         assert float(acceptance_probability(p, q_reported)) == pytest.approx(alpha, abs=1e-6)
         assert torch.allclose(one_position_law(p, q_true, q_reported), p, atol=1e-6)  # the law is p exactly
@@ -318,24 +300,24 @@ def test_first_token_follows_p_and_acceptance_is_alpha(case):
 
 def test_recovered_tokens_follow_the_residual():
     drafts, verdict = rounds("overlap")
-    recovered = verdict.next_tokens[~verdict.bonus]  # ~16 000 rounds: rejected with probability 0.4
+    recovered = verdict.next_token[~verdict.bonus]  # ~16 000 rounds: rejected with probability 0.4
     test = chi_square_gof(histogram(recovered, V), residual_distribution(P, Q))
     assert test.passes(SIGNIFICANCE), test
     assert detectable_tv(recovered.numel(), test.cells) <= 0.02
     # a rejection means p(x) < q(x), where the residual max(p - q, 0) is 0: the rejected draft never comes back
     assert bool((recovered != drafts[~verdict.bonus, 0]).all())
-    assert torch.equal(verdict.bonus, verdict.num_accepted == 1)
+    assert torch.equal(verdict.bonus, verdict.accepted == 1)
 
 
 @pytest.mark.parametrize("k", [2, 4])
 def test_accepted_count_follows_the_truncated_geometric_law(k):
     drafts, verdict = rounds("overlap", k=k, seed=k)
-    counts = torch.bincount(verdict.num_accepted, minlength=k + 1)
+    counts = torch.bincount(verdict.accepted, minlength=k + 1)
     theory = accepted_count_distribution(0.6, k)
     test = chi_square_gof(counts, theory)
     assert test.passes(SIGNIFICANCE), (counts.tolist(), theory)
     assert detectable_tv(DRAWS, test.cells) <= 0.014
-    assert torch.equal(verdict.bonus, verdict.num_accepted == k)
+    assert torch.equal(verdict.bonus, verdict.accepted == k)
     assert chi_square_gof(histogram(first_tokens(drafts, verdict), V), P).passes(SIGNIFICANCE)
 
 
@@ -361,12 +343,12 @@ def test_a_whole_stream_over_position_dependent_distributions_is_the_targets():
         rows = start[:, None] + torch.arange(gamma + 1)  # [B, gamma + 1]: positions t .. t + gamma
         q_rows = q[rows[:, :gamma]]  # [B, gamma, V]
         drafts = torch.multinomial(q_rows.reshape(-1, vocab), 1, generator=generator).view(-1, gamma)
-        verdict = verify_exact_batch(p[rows], q_rows, drafts, num_drafts, generator)
+        verdict = verify_exact(p[rows], q_rows, drafts, num_drafts, generator)
         new = torch.cat([drafts, drafts.new_zeros(len(active), 1)], dim=1)  # [B, gamma + 1]
-        new[torch.arange(len(active)), verdict.num_accepted] = verdict.next_tokens
-        kept = torch.arange(gamma + 1) <= verdict.num_accepted[:, None]  # accepted drafts + the appended token
+        new[torch.arange(len(active)), verdict.accepted] = verdict.next_token
+        kept = torch.arange(gamma + 1) <= verdict.accepted[:, None]  # accepted drafts + the appended token
         emitted[active[:, None].expand_as(rows)[kept], rows[kept]] = new[kept]
-        position[active] = start + verdict.num_accepted + 1
+        position[active] = start + verdict.accepted + 1
     assert drafted_counts == {0, 1, 2}  # rows with 2, 1 and no drafts were verified together
     for t in range(length):
         test = chi_square_gof(histogram(emitted[:, t], vocab), p[t])
@@ -391,7 +373,7 @@ def test_relaxed_acceptance_fails_the_test_and_lands_where_theory_says():
     assert chi_square_gof(counts, P).p_value < 1e-9  # the test catches it
     assert chi_square_gof(counts, shifted).passes(SIGNIFICANCE)  # and it is exactly the predicted shift
     assert total_variation(counts, P) > 10 * tv_noise_floor(P, DRAWS)  # TV stops shrinking at the bias
-    accepted = int(verdict.num_accepted.sum())
+    accepted = int(verdict.accepted.sum())
     assert abs(binomial_z(accepted, DRAWS, float(torch.minimum(Q, lenience * P).sum()))) < 4  # 0.75 > alpha = 0.6
 
 
@@ -400,10 +382,10 @@ def test_a_draft_token_the_reported_q_rules_out_is_refused():
     p = torch.stack([dist(0.5, 0.5, 0), dist(1, 1, 1)])
     q = dist(1, 0, 0).view(1, 3)  # e.g. one-hot argmax rows reported while sampling
     with pytest.raises(ConfigError, match=r"Draft token 1 at position 0 has probability q = 0"):
-        verify_exact(p, q, torch.tensor([1]), torch.Generator().manual_seed(0))
+        one_round(p, q, torch.tensor([1]), torch.Generator().manual_seed(0))
     with pytest.raises(ConfigError, match="probability q = 0"):
-        verify_relaxed(p, q, torch.tensor([1]), torch.Generator().manual_seed(0), lenience=2.0)
-    assert verify_exact(p, q, torch.tensor([0]), torch.Generator().manual_seed(0)).num_accepted in (0, 1)
+        one_round(p, q, torch.tensor([1]), torch.Generator().manual_seed(0), rule=verify_relaxed, lenience=2.0)
+    assert one_round(p, q, torch.tensor([0]), torch.Generator().manual_seed(0))[0] in (0, 1)
 
 
 def test_a_drafter_reporting_the_wrong_q_fails_the_test():
@@ -420,7 +402,7 @@ def test_a_drafter_reporting_the_wrong_q_fails_the_test():
     generator = torch.Generator().manual_seed(5)
     drafts = torch.multinomial(q_true, DRAWS, replacement=True, generator=generator).view(-1, 1)
     for reported, law in ((q_true, p), (q_reported, wrong_law)):
-        verdict = verify_exact_batch(p.expand(DRAWS, 2, V), reported.expand(DRAWS, 1, V), drafts, generator=generator)
+        verdict = verify_exact(p.expand(DRAWS, 2, V), reported.expand(DRAWS, 1, V), drafts, generator=generator)
         counts = histogram(first_tokens(drafts, verdict), V)
         assert chi_square_gof(counts, p).passes(SIGNIFICANCE) == (reported is q_true)
         assert chi_square_gof(counts, law).passes(SIGNIFICANCE)

@@ -9,8 +9,8 @@ Whether block verification (`specdec_lib.core.block_verify`) keeps more drafts t
    its own distribution q at T, and one target forward over context + chain gives p at every position of each
    chain. A chain's first gamma drafts, their q and the first gamma + 1 rows of p are one round at draft length
    gamma, exactly what a speculative decoder at gamma would verify there;
-2. **re-verify** (`verify_rows`): every row ``repeats`` times, seeded, with both rules (`verify_exact_batch` and
-   `verify_block_batch`, whole batches of rows at once), and once more without sampling: the exact expectation of
+2. **re-verify** (`verify_rows`): every row ``repeats`` times, seeded, with both rules (`verify_exact` and
+   `verify_block`, whole batches of rows at once), and once more without sampling: the exact expectation of
    each rule's accepted drafts given the row (`expected_accepted`), which the sampled means must agree with;
 3. **summarise** (`summarise`): per rule, the mean accepted drafts per round with a 95-percent interval, and the paired
    gain (block minus token-wise, on the same rows and the same seeds). Rows of one context are not independent
@@ -31,11 +31,11 @@ from pathlib import Path
 
 import torch
 
-from ..core.block_verify import block_thresholds, verify_block_batch
+from ..core.block_verify import block_thresholds, verify_block
 from ..core.pair import ModelPair
 from ..core.sampling import SamplingConfig, draw, logits_to_probs
 from ..core.stats import cluster_mean_interval
-from ..core.verify import verify_exact_batch
+from ..core.verify import verify_exact
 from ..decoders import autoregressive_generate
 from ..loading import load_pair
 from ..prompts import TASKS
@@ -115,15 +115,14 @@ def expected_accepted(rows: Rows) -> dict[str, torch.Tensor]:
     q_draft = rows.q.gather(-1, rows.tokens[..., None])[..., 0]  # [N, K]: q_i(x_i) > 0 (x_i was drawn from q_i)
     token_wise = torch.cumprod((p_draft / q_draft).clamp(max=1.0), dim=1).sum(dim=1)
     lengths = torch.arange(rows.tokens.shape[1] + 1, dtype=rows.p.dtype)
-    block = torch.stack([(block_thresholds(p, q, x).length_distribution() * lengths).sum()
-                         for p, q, x in zip(rows.p, rows.q, rows.tokens)])
+    block = (block_thresholds(rows.p, rows.q, rows.tokens).length_distribution() * lengths).sum(dim=1)
     return {"token-wise": token_wise, "block": block}
 
 
 def verify_rows(rows: Rows, repeats: int, *, seed: int = 0, chunk: int = 256) -> dict[str, torch.Tensor]:
     """Module docstring, step 2: accepted drafts ``[repeats, N]`` per rule, every row verified ``repeats`` times
     by each rule, ``chunk`` rows per call. Draw r of both rules uses the generator seeded ``seed + r``."""
-    verifiers = {"token-wise": verify_exact_batch, "block": verify_block_batch}
+    verifiers = {"token-wise": verify_exact, "block": verify_block}
     accepted = {rule: torch.empty(repeats, rows.tokens.shape[0], dtype=torch.long) for rule in RULES}
     for rule, verify in verifiers.items():
         for repeat in range(repeats):
@@ -131,7 +130,7 @@ def verify_rows(rows: Rows, repeats: int, *, seed: int = 0, chunk: int = 256) ->
             for start in range(0, rows.tokens.shape[0], chunk):
                 part = slice(start, start + chunk)
                 verdict = verify(rows.p[part], rows.q[part], rows.tokens[part], generator=generator)
-                accepted[rule][repeat, part] = verdict.num_accepted
+                accepted[rule][repeat, part] = verdict.accepted
     return accepted
 
 

@@ -41,7 +41,7 @@ from ..core.devices import get_device
 from ..core.errors import ConfigError
 from ..core.forks import ForkReport, Replay, explain_fork, one_token_logits, replay_verification
 from ..core.numerics import DTYPES, dtype_name, near_tie_tolerance, spacing
-from ..core.verify import BatchVerdict, verify_greedy_batch
+from ..core.verify import Verdict, greedy_rule
 from ..decoders import autoregressive_generate, batched_speculative_generate, speculative_generate
 from ..loading import load_pair
 from ..prompts import TASKS, encode_prompts, load_prompts
@@ -58,22 +58,23 @@ PLANTED_MARGIN = 1.0  # nats: the planted bug accepts a second choice only when 
 
 
 def planted_bug_verify(target_logits: torch.Tensor, draft_tokens: torch.Tensor,
-                       num_drafts: torch.Tensor | None = None) -> BatchVerdict:
+                       num_drafts: torch.Tensor | None = None) -> Verdict:
     """Greedy verification with a planted bug: where draft ``d_i`` is the target's *second* choice and the top
     choice leads it by more than `PLANTED_MARGIN`, ``d_i`` is accepted as if it were the first (``target_logits:
-    [B, K + 1, V]``, ``draft_tokens: [B, K]``). Everywhere else it is `verify_greedy_batch`."""
+    [B, K + 1, V]``, ``draft_tokens: [B, K]``). Everywhere else it is the round engine's greedy rule
+    (`specdec_lib.core.verify.greedy_rule`)."""
     top = target_logits[:, :-1].topk(2, dim=-1)  # [B, K, 2]
     second = (top.indices[..., 1] == draft_tokens) & (top.values[..., 0] - top.values[..., 1] > PLANTED_MARGIN)
     doctored = target_logits.clone()
     rows, columns = second.nonzero(as_tuple=True)
     doctored[rows, columns, draft_tokens[rows, columns]] = top.values[rows, columns, 0] + 1.0
-    return verify_greedy_batch(doctored, draft_tokens, num_drafts)
+    return greedy_rule(doctored, draft_tokens, num_drafts)
 
 
 @contextmanager
 def planted_bug() -> Iterator[None]:
     """Every greedy round verified by `planted_bug_verify` inside the block (the round engine's verifier patched)."""
-    with mock.patch.object(engine, "verify_greedy_batch", planted_bug_verify):
+    with mock.patch.object(engine, "greedy_rule", planted_bug_verify):
         yield
 
 

@@ -1,14 +1,13 @@
 """Block verification (Sun, Mendlovic, Leviathan, Aharoni, Beirami, Ro & Suresh, ICLR 2025): exact sampling
 verification that decides the accepted prefix of a draft jointly. Pure functions, no model; the same inputs,
-shapes (one round or a batch) and result types as `specdec_lib.core.verify`.
+``[B, K]`` shapes and `Verdict` as `specdec_lib.core.verify`.
 """
 
 from dataclasses import dataclass
 
 import torch
 
-from .verify import (BatchVerdict, DraftedPath, VerifyResult, check_batch, check_round, draw_each_row, drafted_path,
-                     only_result, rows_at)
+from .verify import DraftedPath, Verdict, chain_path, check_chain, draw_each_row, drafted_path, rows_at
 
 # --------------------------------------------------------------------------------------------------------------
 # Block verification (Sun, Mendlovic, Leviathan, Aharoni, Beirami, Ro & Suresh, ICLR 2025)
@@ -31,11 +30,11 @@ from .verify import (BatchVerdict, DraftedPath, VerifyResult, check_batch, check
 
 @dataclass(frozen=True)
 class BlockThresholds:
-    """What block verification computes for one draft, for every accepted length ``i = 0 .. k``.
+    """What block verification computes for a batch of B drafts, for every accepted length ``i = 0 .. K``.
 
-    ``weights: [k + 1]`` the prefix weights w_i; ``residual_mass: [k + 1]`` Z_i; ``thresholds: [k + 1]`` h_i, the
-    probability that length i passes its test; ``residuals: [k + 1, V]`` ``max(w_i p_i - q_i, 0)`` (unnormalised),
-    whose normalisation the token after ``i`` kept drafts is drawn from. (In a batch, a leading ``[B]`` dimension.)
+    ``weights: [B, K + 1]`` the prefix weights w_i; ``residual_mass: [B, K + 1]`` Z_i; ``thresholds: [B, K + 1]`` h_i,
+    the probability that length i passes its test (0 beyond a row's own drafts); ``residuals: [B, K + 1, V]``
+    ``max(w_i p_i - q_i, 0)`` (unnormalised), whose normalisation the token after ``i`` kept drafts is drawn from.
     """
 
     weights: torch.Tensor
@@ -44,7 +43,7 @@ class BlockThresholds:
     residuals: torch.Tensor
 
     def length_distribution(self) -> torch.Tensor:
-        """``[k + 1]``: P(tau = i) = h_i * prod_{j > i} (1 - h_j), the law of the accepted length for this draft."""
+        """``[B, K + 1]``: P(tau = i) = h_i * prod_{j > i} (1 - h_j), the law of each draft's accepted length."""
         fail_after = torch.flip(torch.cumprod(torch.flip(1 - self.thresholds, [-1]), -1), [-1])  # prod_{j >= i} (1 - h_j)
         later = torch.cat([fail_after[..., 1:], torch.ones_like(fail_after[..., :1])], dim=-1)  # prod_{j > i} (1 - h_j)
         return self.thresholds * later
@@ -67,17 +66,19 @@ def _block_thresholds(p: torch.Tensor, drafted: DraftedPath) -> BlockThresholds:
     return BlockThresholds(w, mass, thresholds * possible, residuals)
 
 
-def block_thresholds(p: torch.Tensor, q: torch.Tensor | None, draft_tokens: torch.Tensor) -> BlockThresholds:
-    """The prefix weights, residuals and thresholds of block verification (section comment above) for
-    ``draft_tokens: LongTensor[k]`` with ``p: FloatTensor[k + 1, V]`` and ``q: FloatTensor[k, V] | None`` as in
-    `verify_exact`. Pure and deterministic: the randomness is all in `verify_block`'s draws."""
-    check_round(p, q, draft_tokens)
-    q = None if q is None else q[None]
-    block = _block_thresholds(p[None], drafted_path(p[None], q, draft_tokens[None], None))
-    return BlockThresholds(block.weights[0], block.residual_mass[0], block.thresholds[0], block.residuals[0])
+def block_thresholds(p: torch.Tensor, q: torch.Tensor | None, draft_tokens: torch.Tensor,
+                     num_drafts: torch.Tensor | None = None) -> BlockThresholds:
+    """The prefix weights, residuals and thresholds of block verification (section comment above) for a batch of
+    drafts, with the inputs of `specdec_lib.core.verify.verify_exact` (``p: [B, K + 1, V]``, ``q: [B, K, V] | None``,
+    ``draft_tokens: LongTensor[B, K]``, ``num_drafts: [B]``). Pure and deterministic: the randomness is all in
+    `verify_block`'s draws. One draft: ``block_thresholds(p[None], q[None], drafts[None])``, then ``[0]`` of each
+    field."""
+    check_chain(p, q, draft_tokens, num_drafts)
+    return _block_thresholds(p, drafted_path(p, q, draft_tokens, num_drafts))
 
 
-def _block_sample(p: torch.Tensor, drafted: DraftedPath, generator: torch.Generator | None) -> BatchVerdict:
+def block_rule(p: torch.Tensor, drafted: DraftedPath, generator: torch.Generator | None) -> Verdict:
+    """`verify_block`'s arithmetic: one ``[B, K + 1]`` block of uniforms, then one multinomial draw of B tokens."""
     block = _block_thresholds(p, drafted)
     eta = torch.rand(block.thresholds.shape, generator=generator, device=p.device)  # [B, K + 1]: one per length
     passing = eta <= block.thresholds  # lengths whose own test passed (0 always does)
@@ -87,33 +88,19 @@ def _block_sample(p: torch.Tensor, drafted: DraftedPath, generator: torch.Genera
     residual, mass = rows_at(block.residuals, tau), rows_at(block.residual_mass[..., None], tau)  # [B, V], [B, 1]
     recovered = torch.where(mass > 0, residual / torch.where(mass > 0, mass, 1), rows_at(p, tau))  # Z = 0: never drawn
     distribution = torch.where(bonus[:, None], rows_at(p, tau), recovered)
-    return BatchVerdict(tau, draw_each_row(distribution, generator), bonus)
+    return Verdict(tau, draw_each_row(distribution, generator), bonus, chain_path(tau, drafted.tokens.shape[1]))
 
 
-def verify_block_batch(p: torch.Tensor, q: torch.Tensor | None, draft_tokens: torch.Tensor,
-                       num_drafts: torch.Tensor | None = None,
-                       generator: torch.Generator | None = None) -> BatchVerdict:
-    """`verify_block` for B rounds at once (shapes as in `verify_exact_batch`): one ``[B, K + 1]`` block of
-    uniforms, then one multinomial draw of B tokens."""
-    check_batch(p, q, draft_tokens, num_drafts)
-    return _block_sample(p, drafted_path(p, q, draft_tokens, num_drafts), generator)
-
-
-def verify_block(
-    p: torch.Tensor,
-    q: torch.Tensor | None,
-    draft_tokens: torch.Tensor,
-    generator: torch.Generator | None = None,
-) -> VerifyResult:
+def verify_block(p: torch.Tensor, q: torch.Tensor | None, draft_tokens: torch.Tensor,
+                 num_drafts: torch.Tensor | None = None, generator: torch.Generator | None = None) -> Verdict:
     """Exact sampling verification that decides the accepted prefix jointly: block verification (Sun et al. 2025).
 
-    Same inputs and result as `verify_exact` (and the same refusal of a draft token with q = 0). With the prefix
-    weights, residuals and thresholds of `block_thresholds`, and ``k + 1`` uniforms drawn up front from
-    ``generator``: ``tau = max{i : eta_i <= h_i}`` drafts are kept and the next token is drawn from
-    ``norm(max(w_tau p_tau - q_tau, 0))`` (**recovered**, tau < k) or ``p_k`` (**bonus**, tau = k). Distributed
+    Same inputs and `Verdict` as `specdec_lib.core.verify.verify_exact` (and the same refusal of a draft token with
+    q = 0). With the prefix weights, residuals and thresholds of `block_thresholds`, and ``k + 1`` uniforms per row
+    drawn up front from ``generator``: ``tau = max{i : eta_i <= h_i}`` drafts are kept and the next token is drawn
+    from ``norm(max(w_tau p_tau - q_tau, 0))`` (**recovered**, tau < k) or ``p_k`` (**bonus**, tau = k). Distributed
     exactly like the target's own samples, and never fewer accepted tokens in expectation than `verify_exact`: on
     the paper's two-symbol toy (p = (1/3, 2/3), q = (2/3, 1/3), k = 2) 11/9 against 10/9.
     """
-    check_round(p, q, draft_tokens)
-    q = None if q is None else q[None]
-    return only_result(_block_sample(p[None], drafted_path(p[None], q, draft_tokens[None], None), generator))
+    check_chain(p, q, draft_tokens, num_drafts)
+    return block_rule(p, drafted_path(p, q, draft_tokens, num_drafts), generator)

@@ -30,39 +30,40 @@ from collections.abc import Sequence
 import torch
 from transformers import PreTrainedModel
 
-from .block_verify import verify_block_batch
+from .block_verify import block_rule
 from .drafting import Draft, Drafter
 from .result import GenerationResult
 from .rows import CachedRows
 from .run import Run, Settings
 from .sampling import logits_to_probs
-from .trees import TreeVerdict, verify_tree_exact, verify_tree_greedy
-from .verify import BatchVerdict, verify_exact_batch, verify_greedy_batch, verify_relaxed_batch
+from .trees import tree_exact_rule, tree_greedy_rule
+from .verify import Verdict, drafted_path, greedy_rule, rejection_rule
 
 
-def decide(logits: torch.Tensor, draft: Draft, settings: Settings,
-           generator: torch.Generator | None) -> BatchVerdict | TreeVerdict:
-    """The verdict of one round on ``logits: [B, 1 + K, V]``: greedy compares argmaxes; sampling verifies against
+def decide(logits: torch.Tensor, draft: Draft, settings: Settings, generator: torch.Generator | None) -> Verdict:
+    """The `Verdict` of one round on ``logits: [B, 1 + K, V]``: greedy compares argmaxes; sampling verifies against
     ``p = logits_to_probs(logits, sampling)``, the processing the drafter's q got, by token-wise rejection sampling
     (``"exact"``), block verification (``"block"``) or the lenient rule (``"relaxed"``: NOT distribution-
-    preserving). A token tree is verified along its branches. With no drafts this samples the target's own token."""
+    preserving). A token tree is verified along its branches. With no drafts this samples the target's own token.
+    Each verifier's rule runs without its input checks: the logits are the target's own, and the draft was checked
+    when it was proposed (`Run.checked`); an id outside the vocabulary is read clamped here and refused at the
+    commit (`specdec_lib.core.run.check_draft_ids`), before anything is appended."""
+    tokens = draft.tokens.clamp(0, logits.shape[-1] - 1)  # [B, K]
     greedy = settings.sampling.is_greedy
+    p = None if greedy else logits_to_probs(logits, settings.sampling)  # [B, 1 + K, V]: the target's distributions
     if draft.parents is not None:
         if greedy:
-            return verify_tree_greedy(logits[0], draft.tokens[0], draft.parents)
-        return verify_tree_exact(logits_to_probs(logits[0], settings.sampling), draft.tokens[0], draft.parents,
-                                 generator)
-    width = draft.tokens.shape[1]
+            return tree_greedy_rule(logits, tokens, draft.parents)
+        return tree_exact_rule(p, tokens, draft.parents, generator)
+    width = tokens.shape[1]
     full = draft.lengths is None or all(n == width for n in draft.lengths)
     lengths = None if full else torch.tensor(draft.lengths, device=logits.device)
     if greedy:
-        return verify_greedy_batch(logits, draft.tokens, lengths)
-    p = logits_to_probs(logits, settings.sampling)  # [B, 1 + K, V]: the target's processed distributions
+        return greedy_rule(logits, tokens, lengths)
+    drafted = drafted_path(p, draft.probs, tokens, lengths)
     if settings.verification == "block":
-        return verify_block_batch(p, draft.probs, draft.tokens, lengths, generator)
-    if settings.verification == "relaxed":
-        return verify_relaxed_batch(p, draft.probs, draft.tokens, lengths, generator, lenience=settings.lenience)
-    return verify_exact_batch(p, draft.probs, draft.tokens, lengths, generator)
+        return block_rule(p, drafted, generator)
+    return rejection_rule(p, drafted, generator, float(settings.lenience) if settings.verification == "relaxed" else 1.0)
 
 
 def generate(target: PreTrainedModel, drafter: Drafter, prompts: Sequence[torch.Tensor], settings: Settings, *,

@@ -36,7 +36,7 @@ from .errors import ConfigError, InputError
 from .numerics import dtype_name, is_exact_dtype, near_tie_tolerance
 from .result import GenerationResult
 from .rows import CachedRows
-from .validation import check_generation_inputs
+from .validation import check_generation_inputs, is_whole
 
 Verdict = Literal["identical", "near-tie", "disagreement"]
 VERIFY_BLOCK = 8  # the verification shape where no trace says what the round was: x_L and seven drafted tokens
@@ -116,7 +116,7 @@ def _as_output(output: object, prompt: torch.Tensor | int | None, what: str) -> 
         if not isinstance(prompt, torch.Tensor):
             raise InputError(f"{what} is a list of new tokens: pass prompt=input_ids (the prompt's ids, "
                              "LongTensor[1, T]), not its length.")
-        if not all(isinstance(token, int) for token in output):
+        if not all(is_whole(token) for token in output):
             raise InputError(f"{what} must be a list of token ids (ints), got {output!r:.80}.")
         ids = prompt.reshape(-1)
         new = torch.tensor(list(output), dtype=torch.long, device=ids.device)
@@ -125,7 +125,7 @@ def _as_output(output: object, prompt: torch.Tensor | int | None, what: str) -> 
         if output.ndim == 2 and output.shape[0] != 1:
             raise InputError(f"{what} must be one row, LongTensor[1, T + N], got shape {list(output.shape)}.")
         length = prompt.numel() if isinstance(prompt, torch.Tensor) else prompt
-        if not isinstance(length, int) or not 1 <= length <= output.numel():
+        if not is_whole(length) or not 1 <= length <= output.numel():
             raise InputError(f"prompt must be the prompt's ids or its length, within {what}'s {output.numel()} "
                              f"tokens, got {prompt!r:.80}.")
         return _Output(output.reshape(-1), length)

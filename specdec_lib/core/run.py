@@ -33,9 +33,10 @@ from .result import ForwardRecord, GenerationResult
 from .rows import PAD_ID, ROW_KINDS, left_pad
 from .sampling import GREEDY, SamplingConfig, check_sampling, make_generator
 from .stopping import stop_token_ids
-from .trees import TreeShape, TreeVerdict, check_parents, node_depths
-from .validation import check_count, check_drafter, check_prompts, check_same_device, context_length, is_whole
-from .verify import BatchVerdict
+from .trees import TreeShape, node_depths
+from .validation import (check_count, check_drafter, check_gamma, check_prompts, check_same_device, context_length,
+                         is_whole)
+from .verify import Verdict, check_probabilities
 
 
 @dataclass(frozen=True)
@@ -71,10 +72,10 @@ class Settings:
 
 
 def check_draft_ids(drafts: Sequence[Sequence[int]], readable: int) -> None:
-    """Refuse draft ids the target cannot read. The verification forward read them clamped into ``0 .. readable -
-    1`` (an id outside its embedding table would fail deep inside torch, or, on a GPU, poison the device), so this
-    check runs on the ids `Run.commit` reads back anyway, before anything is committed: no extra host
-    synchronisation."""
+    """Refuse draft ids the target cannot read and score. The verification forward and the verdict read them clamped
+    into ``0 .. readable - 1`` (an id outside the embedding table would fail deep inside torch, or, on a GPU, poison
+    the device), so this check runs on the ids `Run.commit` reads back anyway, before anything is committed: no extra
+    host synchronisation."""
     wrong = [token for row in drafts for token in row if not 0 <= token < readable]
     if wrong:
         raise ConfigError(
@@ -95,7 +96,8 @@ class Run:
         self.prompt_lengths = [prompt.shape[1] for prompt in prompts]
         self.max_positions = context_length(target)
         self.target_vocab = target.get_output_embeddings().out_features  # V: the width of p and q
-        self.readable_ids = target.get_input_embeddings().num_embeddings  # the ids its embedding table can read
+        # the ids it can both read (its embedding table) and score (its logits): a draft's ids must lie below
+        self.readable_ids = min(target.get_input_embeddings().num_embeddings, self.target_vocab)
         width = settings.tree.size if settings.tree is not None else settings.gamma  # slots one round may add
         longest = max(self.prompt_lengths) + settings.max_new_tokens
         self.max_length = min(longest + width + 1, self.max_positions)  # positions a row reaches (drafters size by it)
@@ -120,8 +122,7 @@ class Run:
         check_drafter(drafter, batch=len(prompts), tree=settings.tree is not None)
         check_same_device(target.device, getattr(drafter, "device", None))
         if settings.tree is None and not isinstance(drafter, TargetAlone):
-            check_count("gamma (the number of draft tokens per round)", settings.gamma, minimum=1,
-                        hint="Typical values are 2 to 8; use autoregressive_generate for plain decoding.")
+            check_gamma(settings.gamma)
         if settings.cache_kind != "dynamic" and len(prompts) > 1:
             raise ConfigError(f"A {settings.cache_kind!r} cache holds one row; use cache_kind='dynamic' for a "
                               f"batch of {len(prompts)}.")
@@ -178,8 +179,7 @@ class Run:
             raise ConfigError(f"The draft has {tokens.shape[0]} rows but {self.batch} rows are generating.")
         width = tokens.shape[1]
         lengths = [width] * self.batch if draft.lengths is None else list(draft.lengths)
-        if draft.parents is not None:
-            check_parents(draft.parents)
+        if draft.parents is not None:  # node_depths refuses parents that are not a tree
             if len(draft.parents) != width or max(node_depths(draft.parents), default=0) > context.budget[0]:
                 raise ConfigError(f"A token tree of {len(draft.parents)} parents must come with as many tokens (got "
                                   f"{width}) and stay within the depth asked for ({context.budget[0]}).")
@@ -190,8 +190,12 @@ class Run:
         if probs is not None and tuple(probs.shape) != (self.batch, width, self.target_vocab):
             raise ConfigError(f"Draft.probs must have shape [B, K, V] = [{self.batch}, {width}, {self.target_vocab}] "
                               f"(one distribution over the target's ids per token) or be None, got {list(probs.shape)}.")
+        if probs is not None:
+            check_probabilities("Draft.probs", probs)
         if not is_whole(draft.forwards) or draft.forwards < 0:
             raise ConfigError(f"Draft.forwards must be an integer >= 0, got {draft.forwards!r}.")
+        if self.batch == 1 and lengths[0] < width:  # one row's forward reads its own drafts only (`step_input`)
+            tokens, probs = tokens[:, : lengths[0]], None if probs is None else probs[:, : lengths[0]]
         return Draft(tokens.to(self.device), None if probs is None else probs.to(self.device), draft.forwards, lengths,
                      draft.parents)
 
@@ -219,25 +223,22 @@ class Run:
         valid = torch.cat([real, drafted], dim=1)  # [B, C + K]
         return torch.cat([committed, drafts], dim=1).masked_fill(~valid, PAD_ID), valid, 1 + width
 
-    def commit(self, draft: Draft, verdict: BatchVerdict | TreeVerdict) -> list[bool]:
-        """Append each row's accepted drafts and its recovered or bonus token (one read-back of the verdict), cut
-        right after a stop id and never past max_new_tokens; returns which rows finished (aligned with `active`)."""
-        if isinstance(verdict, TreeVerdict):  # one row; its nodes sit in the cache after x_L, at L, L + 1, ...
-            self.path = verdict.path
+    def commit(self, draft: Draft, verdict: Verdict) -> list[bool]:
+        """Append each row's accepted drafts (``verdict.path``: a chain's first n, a tree's path) and its recovered or
+        bonus token (one read-back of the verdict), cut right after a stop id and never past max_new_tokens; returns
+        which rows finished (aligned with `active`)."""
+        depth = verdict.path.shape[1]
+        host = torch.cat([verdict.accepted[:, None], verdict.next_token[:, None], verdict.bonus[:, None].long(),
+                          verdict.path, draft.tokens], dim=1).tolist()  # [B, 3 + D + K]: one transfer for the round
+        accepted, next_tokens, bonus = ([row[i] for row in host] for i in range(3))
+        paths = [row[3 : 3 + depth][:n] for row, n in zip(host, accepted)]
+        drafts = [row[3 + depth :][:n] for row, n in zip(host, draft.lengths)]
+        kept = [[row[node] for node in path] for row, path in zip(drafts, paths)]
+        self.path = self.path_slots = None
+        if draft.parents is not None:  # one row; its nodes sit in the cache after x_L, at L, L + 1, ...
+            self.path = tuple(paths[0])
             start = self.lengths[self.active[0]]
-            self.path_slots = (start, [start + node for node in verdict.path])
-            accepted, next_tokens = [len(verdict.path)], [verdict.next_token]
-            drafts = [draft.tokens[0].tolist()]
-            kept = [[drafts[0][node] for node in verdict.path]]
-            bonus = [verdict.kind == "bonus"]
-        else:
-            self.path = self.path_slots = None
-            batch, width = draft.tokens.shape
-            host = torch.cat([verdict.num_accepted, verdict.next_tokens, verdict.bonus.long(),
-                              draft.tokens.flatten()]).tolist()  # one transfer for the whole round
-            accepted, next_tokens, bonus = host[:batch], host[batch : 2 * batch], host[2 * batch : 3 * batch]
-            drafts = [host[3 * batch + b * width : 3 * batch + (b + 1) * width][: draft.lengths[b]] for b in range(batch)]
-            kept = [row[:n] for row, n in zip(drafts, accepted)]
+            self.path_slots = (start, [start + node for node in paths[0]])
         check_draft_ids(drafts, self.readable_ids)
         first = self.first_round
         self.rounds, finished = [], []

@@ -13,12 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from .errors import ConfigError
-from .validation import check_count, check_lenience, is_whole
-
-
-def _is_real(value: object) -> bool:
-    """True for int/float values (bools excluded: ``top_p=True`` is a typo, not 1.0)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+from .validation import check_count, check_lenience, check_number, is_whole
 
 
 @dataclass(frozen=True)
@@ -37,18 +32,13 @@ class SamplingConfig:
     top_p: float = 1.0
 
     def __post_init__(self) -> None:
-        if not _is_real(self.temperature) or not math.isfinite(self.temperature) or self.temperature < 0:
-            raise ConfigError(
-                f"temperature must be a finite number >= 0, got {self.temperature!r}. "
-                "Use 0 for greedy decoding or a positive value such as 0.7 or 1.0 for sampling."
-            )
+        check_number("temperature", self.temperature, minimum=0,
+                     hint="Use 0 for greedy decoding or a positive value such as 0.7 or 1.0 for sampling.")
         check_count("top_k", self.top_k, minimum=0,
                     hint="Use 0 to switch top-k off, or e.g. 50 to keep the 50 most likely tokens.")
-        if not _is_real(self.top_p) or not 0 < self.top_p <= 1:
-            raise ConfigError(
-                f"top_p must be a number in (0, 1], got {self.top_p!r}. "
-                "Use 1.0 to switch nucleus sampling off, or e.g. 0.9 to keep the smallest set holding 0.9 of the mass."
-            )
+        check_number("top_p", self.top_p, minimum=0, maximum=1, open_low=True,
+                     hint="Use 1.0 to switch nucleus sampling off, or e.g. 0.9 to keep the smallest set holding 0.9 "
+                          "of the mass.")
 
     @classmethod
     def greedy(cls) -> "SamplingConfig":

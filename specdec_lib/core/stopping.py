@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from transformers import PreTrainedModel
 
 from .errors import ConfigError
+from .validation import is_whole
 
 AUTO = "auto"
 
@@ -33,10 +34,8 @@ def stop_token_ids(model: PreTrainedModel, eos_token_id: int | Sequence[int] | s
     eos = _model_eos(model) if eos_token_id == AUTO else eos_token_id
     if eos is None:
         return frozenset()
-    ids = [eos] if isinstance(eos, int) and not isinstance(eos, bool) else eos
-    if isinstance(ids, str) or not isinstance(ids, Sequence) or not all(
-        isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids
-    ):
+    ids = [eos] if is_whole(eos) else eos
+    if isinstance(ids, str) or not isinstance(ids, Sequence) or not all(is_whole(i) and i >= 0 for i in ids):
         raise ConfigError(
             f"eos_token_id must be 'auto' (the model's own EOS), a token id >= 0, a list of ids, or None (never stop "
             f"early), got {eos_token_id!r}."

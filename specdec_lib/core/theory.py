@@ -24,16 +24,14 @@ and `optimal_gamma` takes one measured ``v`` per gamma: the ratio of two cached 
 notebooks 01 and 06 do.
 """
 
-import math
 from collections.abc import Sequence
 
 from .errors import ConfigError
-from .validation import check_count
+from .validation import check_count, check_number
 
 
 def _check_alpha(alpha: float) -> None:
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 <= alpha <= 1:
-        raise ConfigError(f"alpha (the acceptance rate) must be a number in [0, 1], got {alpha!r}.")
+    check_number("alpha (the acceptance rate)", alpha, minimum=0, maximum=1)
 
 
 def _check_gamma(gamma: int, name: str = "gamma") -> None:
@@ -41,20 +39,14 @@ def _check_gamma(gamma: int, name: str = "gamma") -> None:
 
 
 def _check_verify_cost(v: float) -> None:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
-        raise ConfigError(
-            f"verify_cost (the cost of the (gamma + 1)-token verification forward relative to a one-token target "
-            f"forward) must be a finite number > 0, got {v!r}. 1 is Leviathan's assumption; measure it (1.2 is "
-            "typical on a CPU)."
-        )
+    check_number("verify_cost (the cost of the (gamma + 1)-token verification forward relative to a one-token target "
+                 "forward)", v, minimum=0, open_low=True,
+                 hint="1 is Leviathan's assumption; measure it (1.2 is typical on a CPU).")
 
 
 def _check_cost_ratio(c: float) -> None:
-    if isinstance(c, bool) or not isinstance(c, (int, float)) or not math.isfinite(c) or c <= 0:
-        raise ConfigError(
-            f"c (the cost of one draft forward relative to one target forward) must be a finite number > 0, "
-            f"got {c!r}. Measure it as T_draft / T_target, e.g. 0.1 for a draft ten times cheaper."
-        )
+    check_number("c (the cost of one draft forward relative to one target forward)", c, minimum=0, open_low=True,
+                 hint="Measure it as T_draft / T_target, e.g. 0.1 for a draft ten times cheaper.")
 
 
 def expected_tokens_per_round(alpha: float, gamma: int) -> float:
@@ -110,13 +102,8 @@ def alpha_from_tokens_per_round(tokens_per_round: float, gamma: int) -> float:
     _check_gamma(gamma)
     if gamma == 0:
         raise ConfigError("gamma must be >= 1 to estimate alpha: rounds without drafts say nothing about acceptance.")
-    if isinstance(tokens_per_round, bool) or not isinstance(tokens_per_round, (int, float)):
-        raise ConfigError(f"tokens_per_round must be a number, got {tokens_per_round!r}.")
-    if not 1 <= tokens_per_round <= gamma + 1:
-        raise ConfigError(
-            f"tokens_per_round must lie between 1 and gamma + 1 = {gamma + 1} (a round emits the accepted drafts "
-            f"plus one token), got {tokens_per_round!r}."
-        )
+    check_number("tokens_per_round", tokens_per_round, minimum=1, maximum=gamma + 1,
+                 hint="A round emits its accepted drafts plus one token: between 1 and gamma + 1.")
     if tokens_per_round == gamma + 1:
         return 1.0
     low, high = 0.0, 1.0

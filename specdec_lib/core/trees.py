@@ -31,6 +31,7 @@ import torch
 from .errors import ConfigError
 from .validation import is_whole
 from .sampling import sample_token
+from .verify import Verdict
 
 
 @dataclass(frozen=True)
@@ -82,13 +83,17 @@ def check_parents(parents: Sequence[int]) -> None:
             )
 
 
-def node_depths(parents: Sequence[int]) -> list[int]:
-    """Depth of every node (1 for the root's children)."""
-    check_parents(parents)
+def _depths(parents: Sequence[int]) -> list[int]:
     depths: list[int] = []
     for parent in parents:
         depths.append(1 if parent < 0 else depths[parent] + 1)
     return depths
+
+
+def node_depths(parents: Sequence[int]) -> list[int]:
+    """Depth of every node (1 for the root's children)."""
+    check_parents(parents)
+    return _depths(parents)
 
 
 def ancestor_matrix(parents: Sequence[int]) -> torch.Tensor:
@@ -139,62 +144,104 @@ def children_of(parents: Sequence[int]) -> list[list[int]]:
     return children
 
 
-@dataclass(frozen=True)
-class TreeVerdict:
-    """The outcome of verifying a tree: the accepted path (node indices, root first) and the token after it.
-
-    The round emits ``[tokens[i] for i in path] + [next_token]``: ``len(path) + 1`` tokens. ``kind`` is
-    ``"bonus"`` when the path ends at a leaf (nothing below it was drafted) and ``"recovered"`` otherwise."""
-
-    path: tuple[int, ...]
-    next_token: int
-    kind: str
-
-    @property
-    def num_accepted(self) -> int:
-        return len(self.path)
-
-
-def _check_rows(rows: torch.Tensor, tokens: torch.Tensor, parents: Sequence[int], name: str) -> None:
+def _check_tree(rows: torch.Tensor, tokens: torch.Tensor, parents: Sequence[int], name: str) -> None:
+    """Refuse a tree verifier's inputs unless ``tokens: [B, N]`` and ``rows: [B, N + 1, V]`` for N = len(parents)."""
     check_parents(parents)
-    if tokens.ndim != 1 or tokens.shape[0] != len(parents):
-        raise ConfigError(f"tokens must have shape [N] = [{len(parents)}] (one per node), got {list(tokens.shape)}.")
-    if rows.ndim != 2 or rows.shape[0] != len(parents) + 1:
+    n = len(parents)
+    if not isinstance(tokens, torch.Tensor) or tokens.ndim != 2 or tokens.shape[1] != n:
+        raise ConfigError(f"tokens must have shape [B, N] = [B, {n}] (one per node; one tree is a batch of one: "
+                          f"tokens[None]), got {list(tokens.shape) if isinstance(tokens, torch.Tensor) else tokens!r}.")
+    if not isinstance(rows, torch.Tensor) or rows.ndim != 3 or tuple(rows.shape[:2]) != (tokens.shape[0], n + 1):
         raise ConfigError(
-            f"{name} must have shape [N + 1, V] = [{len(parents) + 1}, V] (the root's row and one per node), got "
-            f"{list(rows.shape)}."
+            f"{name} must have shape [B, N + 1, V] = [{tokens.shape[0]}, {n + 1}, V] (the root's row and one per "
+            f"node), got {list(rows.shape) if isinstance(rows, torch.Tensor) else rows!r}."
         )
 
 
-def verify_tree_greedy(target_logits: torch.Tensor, tokens: torch.Tensor, parents: Sequence[int]) -> TreeVerdict:
-    """Greedy verification of a tree: from the root, follow the child carrying the target's argmax while one does.
+def _tree_verdict(outcomes: list[tuple[list[int], int, bool]], parents: Sequence[int],
+                  device: torch.device) -> Verdict:
+    """The `Verdict` of B trees from each row's ``(path, next_token, ends_at_a_leaf)``; paths padded with -1 to the
+    tree's depth."""
+    depth = max(_depths(parents), default=0)
+    paths = [path + [-1] * (depth - len(path)) for path, _, _ in outcomes]
+    return Verdict(torch.tensor([len(path) for path, _, _ in outcomes], device=device),
+                   torch.tensor([token for _, token, _ in outcomes], device=device),
+                   torch.tensor([leaf for _, _, leaf in outcomes], device=device),
+                   torch.tensor(paths, dtype=torch.long, device=device).view(len(outcomes), depth))
 
-    ``target_logits: [N + 1, V]`` (row 0: after the root; row 1 + i: after node i), ``tokens: LongTensor[N]``.
+
+def tree_greedy_rule(target_logits: torch.Tensor, tokens: torch.Tensor, parents: Sequence[int]) -> Verdict:
+    """`verify_tree_greedy`'s arithmetic, on inputs of valid shapes."""
+    choice = target_logits.argmax(dim=-1).tolist()  # [B][N + 1]: the target's greedy token after each input position
+    children = children_of(parents)
+    outcomes = []
+    for row_choice, row_tokens in zip(choice, tokens.tolist()):
+        path: list[int] = []
+        row = 0
+        while True:
+            match = next((c for c in children[row] if row_tokens[c] == row_choice[row]), None)
+            if match is None:
+                break
+            path.append(match)
+            row = match + 1
+        outcomes.append((path, int(row_choice[row]), not children[row]))
+    return _tree_verdict(outcomes, parents, target_logits.device)
+
+
+def verify_tree_greedy(target_logits: torch.Tensor, tokens: torch.Tensor, parents: Sequence[int]) -> Verdict:
+    """Greedy verification of B trees of one shape: from the root, follow the child carrying the target's argmax
+    while one does.
+
+    ``target_logits: [B, N + 1, V]`` (row 0: after the root; row 1 + i: after node i), ``tokens: LongTensor[B, N]``.
     Each step's argmax is exactly the token the target's own greedy decoding emits there, so the emitted path
     plus the final argmax is token-identical to the target alone (siblings carry distinct tokens, so at most one
-    child matches; with duplicates the first one is taken, which changes nothing in the output).
+    child matches; with duplicates the first one is taken, which changes nothing in the output). Returns the
+    `Verdict` every verifier returns: ``path`` the accepted nodes from the root down, ``bonus`` True when the path
+    ends at a leaf (nothing below it was drafted). One tree: ``verify_tree_greedy(logits[None], tokens[None], parents)``.
     """
-    _check_rows(target_logits, tokens, parents, "target_logits")
-    choice = target_logits.argmax(dim=-1).tolist()  # [N + 1]: the target's greedy token after each input position
+    _check_tree(target_logits, tokens, parents, "target_logits")
+    return tree_greedy_rule(target_logits, tokens, parents)
+
+
+def tree_exact_rule(p: torch.Tensor, tokens: torch.Tensor, parents: Sequence[int],
+                    generator: torch.Generator | None = None) -> Verdict:
+    """`verify_tree_exact`'s arithmetic, on inputs of valid shapes (rows one after another, each with its draws)."""
     children = children_of(parents)
-    token_list = tokens.tolist()
-    path: list[int] = []
-    row = 0
-    while True:
-        match = next((c for c in children[row] if token_list[c] == choice[row]), None)
-        if match is None:
-            return TreeVerdict(tuple(path), int(choice[row]), "recovered" if children[row] else "bonus")
-        path.append(match)
-        row = match + 1
+    outcomes = []
+    for row_p, token_list in zip(p, tokens.tolist()):
+        path: list[int] = []
+        row = 0
+        while True:
+            residual = row_p[row].clone()  # [V]
+            chosen = None
+            for child in children[row]:
+                token = token_list[child]
+                mass = float(residual[token])
+                u = float(torch.rand((), generator=generator, device=p.device))
+                if u < mass:
+                    chosen = child
+                    break
+                residual[token] = 0.0
+                total = float(residual.sum())
+                if total <= 0.0:  # this candidate held all the remaining mass (up to rounding): it is the outcome
+                    chosen = child
+                    break
+                residual /= total
+            if chosen is None:
+                outcomes.append((path, int(sample_token(residual, generator)), not children[row]))
+                break
+            path.append(chosen)
+            row = chosen + 1
+    return _tree_verdict(outcomes, parents, p.device)
 
 
 def verify_tree_exact(p: torch.Tensor, tokens: torch.Tensor, parents: Sequence[int],
-                      generator: torch.Generator | None = None) -> TreeVerdict:
-    """Exact verification of a tree whose nodes are *deterministic* candidates (e.g. the drafter's top-k).
+                      generator: torch.Generator | None = None) -> Verdict:
+    """Exact verification of B trees whose nodes are *deterministic* candidates (e.g. the drafter's top-k).
 
-    ``p: [N + 1, V]`` the target's processed distributions (row 0 after the root, row 1 + i after node i).
-    At a node with candidate children ``t_1 .. t_m`` (distinct tokens), multi-draft recursive rejection sampling
-    with point-mass drafts (SpecInfer's rule with q = one-hot):
+    ``p: [B, N + 1, V]`` the target's processed distributions (row 0 after the root, row 1 + i after node i),
+    ``tokens: LongTensor[B, N]``. At a node with candidate children ``t_1 .. t_m`` (distinct tokens), multi-draft
+    recursive rejection sampling with point-mass drafts (SpecInfer's rule with q = one-hot):
 
         r = p_node
         for j = 1 .. m:   accept t_j with probability r(t_j)            -> move to child j
@@ -204,31 +251,7 @@ def verify_tree_exact(p: torch.Tensor, tokens: torch.Tensor, parents: Sequence[i
     Why exact: P(emit t_1) = r(t_1) = p(t_1); P(emit t_2) = (1 - p(t_1)) · p(t_2) / (1 - p(t_1)) = p(t_2); and
     any other token x is drawn from p with t_1 .. t_m removed, with the probability that all were rejected,
     1 - sum_j p(t_j): P(x) = p(x). Every step's next token is distributed as the target's, given the path so far.
-    A leaf's row gives the bonus token, sampled from p.
+    A leaf's row gives the bonus token, sampled from p. Returns a `Verdict` as `verify_tree_greedy` does.
     """
-    _check_rows(p, tokens, parents, "p")
-    children = children_of(parents)
-    token_list = tokens.tolist()
-    path: list[int] = []
-    row = 0
-    while True:
-        residual = p[row].clone()  # [V]
-        chosen = None
-        for child in children[row]:
-            token = token_list[child]
-            mass = float(residual[token])
-            u = float(torch.rand((), generator=generator, device=p.device))
-            if u < mass:
-                chosen = child
-                break
-            residual[token] = 0.0
-            total = float(residual.sum())
-            if total <= 0.0:  # this candidate held all the remaining mass (up to rounding): it is the outcome
-                chosen = child
-                break
-            residual /= total
-        if chosen is None:
-            return TreeVerdict(tuple(path), int(sample_token(residual, generator)),
-                               "recovered" if children[row] else "bonus")
-        path.append(chosen)
-        row = chosen + 1
+    _check_tree(p, tokens, parents, "p")
+    return tree_exact_rule(p, tokens, parents, generator)

@@ -1,13 +1,16 @@
-"""The checks at the library's edge: whole-number settings, sampling and verification, devices, prompts, drafters.
+"""The checks at the library's edge: numbers and whole numbers (`check_number`, `check_count`), sampling and
+verification, devices, prompts, drafters.
 
 Every public function checks what it was given before the first forward, with an error that says what was wrong
-and how to fix it (`specdec_lib.core.errors`); nothing further down re-checks. The checks live here, in one place,
-so every decoder refuses the same inputs with the same words.
+and how to fix it (`specdec_lib.core.errors`); nothing further down re-checks (each round, the round engine checks
+only what the drafter returned: `specdec_lib.core.run.Run.checked`). The checks live here, in one place, so every
+decoder refuses the same inputs with the same words.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 
 import torch
@@ -15,16 +18,53 @@ from transformers import PreTrainedModel
 
 from .errors import ConfigError, ContextOverflowError, InputError
 
+
+def is_number(value: object) -> bool:
+    """A real number: an ``int``, a ``float`` (or another `numbers.Real`), not a ``bool`` (``True`` is a typo, not 1)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
 def is_whole(value: object) -> bool:
     """An ``int`` that is not a ``bool`` (``True`` is a typo for 1, not a count)."""
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def check_count(name: str, value: object, *, minimum: int = 0, maximum: int | None = None, hint: str = "") -> None:
-    """Refuse ``value`` unless it is a whole number in ``[minimum, maximum]``; ``name`` says what it counts."""
-    if not is_whole(value) or value < minimum or (maximum is not None and value > maximum):
-        bounds = f">= {minimum}" if maximum is None else f"between {minimum} and {maximum}"
-        raise ConfigError(f"{name} must be an integer {bounds}, got {value!r}." + (f" {hint}" if hint else ""))
+def _within(value: float, minimum: float | None, maximum: float | None, open_low: bool) -> bool:
+    """``minimum <= value <= maximum`` (``minimum < value`` with ``open_low``); a missing bound does not limit."""
+    above = minimum is None or (value > minimum if open_low else value >= minimum)
+    return above and (maximum is None or value <= maximum)
+
+
+def _refuse(name: str, kind: str, value: object, minimum: float | None, maximum: float | None, open_low: bool,
+            hint: str) -> None:
+    """Raise the `ConfigError` of a refused setting: what it must be, what it got, how to fix it."""
+    if minimum is not None and maximum is not None:
+        bounds = f" in ({minimum}, {maximum}]" if open_low else f" between {minimum} and {maximum}"
+    elif minimum is not None:
+        bounds = f" {'>' if open_low else '>='} {minimum}"
+    else:
+        bounds = "" if maximum is None else f" <= {maximum}"
+    raise ConfigError(f"{name} must be {kind}{bounds}, got {value!r}." + (f" {hint}" if hint else ""))
+
+
+def check_number(name: str, value: object, *, minimum: float | None = None, maximum: float | None = None,
+                 open_low: bool = False, finite: bool = True, hint: str = "") -> float:
+    """``value`` as a float, after refusing anything but a real number (`is_number`: a bool is refused) in
+    ``[minimum, maximum]`` (``(minimum, maximum]`` with ``open_low``), finite unless ``finite=False``. ``name`` says
+    what the number is, ``hint`` how to choose one."""
+    if not is_number(value) or (finite and not math.isfinite(value)) or not _within(value, minimum, maximum, open_low):
+        bounded = minimum is not None and maximum is not None  # both bounds: finite goes without saying
+        _refuse(name, "a finite number" if finite and not bounded else "a number", value, minimum, maximum, open_low,
+                hint)
+    return float(value)
+
+
+def check_count(name: str, value: object, *, minimum: int = 0, maximum: int | None = None, hint: str = "") -> int:
+    """``value`` after refusing anything but a whole number (`is_whole`) in ``[minimum, maximum]``: `check_number`'s
+    rule for counts. ``name`` says what it counts."""
+    if not is_whole(value) or not _within(value, minimum, maximum, open_low=False):
+        _refuse(name, "an integer", value, minimum, maximum, False, hint)
+    return value
 
 
 def check_gamma(gamma: object) -> None:
@@ -33,14 +73,12 @@ def check_gamma(gamma: object) -> None:
                 hint="Typical values are 2 to 8; use autoregressive_generate for plain decoding.")
 
 
-def check_lenience(lenience: object) -> None:
-    """Refuse a lenience that is not a finite number > 0 (`verify_relaxed`; 1 is exact verification)."""
-    is_number = isinstance(lenience, (int, float)) and not isinstance(lenience, bool)
-    if not is_number or not math.isfinite(lenience) or lenience <= 0:
-        raise ConfigError(
-            f"lenience must be a finite number > 0, got {lenience!r}. 1 is exact verification; e.g. 2 accepts "
-            "min(1, 2 p/q) of the drafts (more tokens per round, but NOT the target's distribution)."
-        )
+def check_lenience(lenience: object) -> float:
+    """Refuse a lenience that is not a finite number > 0 (`specdec_lib.core.verify.verify_relaxed`; 1 is exact
+    verification)."""
+    return check_number("lenience", lenience, minimum=0, open_low=True,
+                        hint="1 is exact verification; e.g. 2 accepts min(1, 2 p/q) of the drafts (more tokens per "
+                             "round, but NOT the target's distribution).")
 
 
 def check_same_device(target_device: torch.device | str, drafter_device: torch.device | str | None) -> None:

@@ -15,61 +15,62 @@ Greedy decoding verifies by comparing argmaxes (`verify_greedy`). Sampling verif
 (`specdec_lib.core.block_verify`), which decides the accepted prefix jointly. `verify_relaxed` accepts more drafts and is **not**
 distribution-preserving: it exists to measure what breaking the guarantee costs.
 
-**Shapes.** Each rule exists for one round (``p: [k + 1, V]``, ``draft_tokens: [k]``, returning a `VerifyResult`)
-and for a batch of B rounds at once (``p: [B, K + 1, V]``, ``draft_tokens: [B, K]``, returning a `BatchVerdict`),
-vLLM's layout. In a batch, row b drafted ``num_drafts[b] <= K`` tokens (ragged: the rest of its row is padding,
-never accepted) and its bonus row is ``p[b, num_drafts[b]]``. The one-round form is the batch of one (same code,
-same random draws), so the batched decoder, the single-sequence decoder and the statistical tests all exercise one
-implementation.
+**Shapes.** Every rule verifies a batch of B rounds at once, vLLM's layout: ``p: [B, K + 1, V]`` (or the target's
+logits, for greedy), ``q: [B, K, V] | None``, ``draft_tokens: [B, K]``, and returns one `Verdict`, the type the
+tree verifiers (`specdec_lib.core.trees`) return too. Row b drafted ``num_drafts[b] <= K`` tokens (ragged: the rest
+of its row is padding, never accepted) and its bonus row is ``p[b, num_drafts[b]]``. One round is the batch of one:
+``p[None]``, ``draft_tokens[None]``.
+
+**Checks.** Each ``verify_*`` function checks its inputs (`check_chain`), then applies its rule (``*_rule``: the
+arithmetic alone). The round engine (`specdec_lib.core.engine.decide`) calls the rules directly: its logits are the
+target's own and its drafts were checked when the drafter proposed them.
 """
 
 from dataclasses import dataclass
-from typing import Literal
 
 import torch
 
 from .errors import ConfigError
 from .validation import check_lenience
 
-Kind = Literal["recovered", "bonus"]
-
 
 @dataclass(frozen=True)
-class VerifyResult:
-    """The outcome of one round of verification, greedy (`verify_greedy`) or sampling (`verify_exact`, ...).
+class Verdict:
+    """The outcome of verifying B rounds, a chain of drafts or a token tree in each (vLLM's one verdict shape).
 
-    ``num_accepted`` n: the draft tokens ``draft_tokens[:n]`` the target keeps (0 <= n <= k);
-    ``next_token``: the token the target appends after them;
-    ``kind``: ``"recovered"`` when a draft was rejected (n < k: the target's own choice there, drawn from the
-    residual ``norm(max(p_n - q_n, 0))`` when sampling) or ``"bonus"`` when all k were accepted (the target's next
-    token after them, for free).
-    The round emits ``draft_tokens[:n] + [next_token]``: ``emitted = n + 1`` tokens.
+    ``accepted: LongTensor[B]``: n_b, the drafts row b keeps;
+    ``next_token: LongTensor[B]``: the token the target appends after them;
+    ``bonus: BoolTensor[B]``: True when nothing drafted was left to reject (all of a chain's drafts accepted, or a
+    tree's path ending at a leaf): ``next_token`` is the **bonus** token, drawn from the row after the path; False
+    when a draft was rejected: it is the **recovered** token, the target's own choice there (drawn from the residual
+    ``norm(max(p_n - q_n, 0))`` when sampling);
+    ``path: LongTensor[B, D]``: the accepted drafts' indices, ``path[b, :n_b]``, then -1. For a chain of K drafts
+    (``D = K``) this is ``0 .. n_b - 1``; for a tree (``D`` its depth) the node indices from the root down.
+
+    Row b emits ``draft_tokens[b, path[b, :n_b]]`` and then ``next_token[b]``: ``n_b + 1`` tokens. The tensors stay on
+    the device; `tolist` and `paths` read them back.
     """
 
-    num_accepted: int
-    next_token: int
-    kind: Kind
-
-    @property
-    def emitted(self) -> int:
-        """Tokens this round appends: the accepted drafts plus the recovered or bonus token."""
-        return self.num_accepted + 1
-
-
-@dataclass(frozen=True)
-class BatchVerdict:
-    """The outcome of verifying B rounds at once: ``num_accepted: LongTensor[B]`` (n_b), ``next_tokens:
-    LongTensor[B]`` (the recovered or bonus token of each row) and ``bonus: BoolTensor[B]`` (n_b equals the row's
-    number of drafts). Tensors stay on the device; `results` reads them back in one transfer."""
-
-    num_accepted: torch.Tensor
-    next_tokens: torch.Tensor
+    accepted: torch.Tensor
+    next_token: torch.Tensor
     bonus: torch.Tensor
+    path: torch.Tensor
 
-    def results(self) -> list[VerifyResult]:
-        """One `VerifyResult` per row (one host synchronisation for the whole batch)."""
-        rows = torch.stack([self.num_accepted, self.next_tokens, self.bonus.long()], dim=1).tolist()
-        return [VerifyResult(n, token, "bonus" if bonus else "recovered") for n, token, bonus in rows]
+    def tolist(self) -> list[tuple[int, int, str]]:
+        """``(accepted, next_token, kind)`` per row as Python values (one host transfer), ``kind`` ``"bonus"`` or
+        ``"recovered"``."""
+        rows = torch.stack([self.accepted, self.next_token, self.bonus.long()], dim=1).tolist()
+        return [(n, token, "bonus" if bonus else "recovered") for n, token, bonus in rows]
+
+    def paths(self) -> list[tuple[int, ...]]:
+        """Each row's accepted path ``path[b, :n_b]`` as a tuple of draft indices."""
+        return [tuple(node for node in row if node >= 0) for row in self.path.tolist()]
+
+
+def chain_path(accepted: torch.Tensor, width: int) -> torch.Tensor:
+    """The `Verdict.path` of chains of ``width`` drafts: ``[B, K]``, ``i`` where ``i < accepted[b]``, else -1."""
+    index = torch.arange(width, device=accepted.device)
+    return torch.where(index < accepted[:, None], index, -1)
 
 
 # ---------------------------------------------------------------------------------------------------- input checks
@@ -79,12 +80,8 @@ def _shape(value: object) -> object:
     return list(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
 
 
-def _check_token_dtype(draft_tokens: torch.Tensor) -> None:
-    if draft_tokens.is_floating_point() or draft_tokens.dtype == torch.bool:
-        raise ConfigError(f"draft_tokens must hold integer token ids, got dtype {draft_tokens.dtype}.")
-
-
-def _check_probabilities(name: str, probs: torch.Tensor) -> None:
+def check_probabilities(name: str, probs: torch.Tensor) -> None:
+    """Refuse ``probs`` unless it is a floating-point tensor of probabilities (>= 0, no NaN)."""
     if not probs.is_floating_point():
         raise ConfigError(f"{name} must be a floating-point tensor of probabilities, got dtype {probs.dtype}.")
     if not bool((probs >= 0).all()):  # also False for NaN
@@ -94,62 +91,49 @@ def _check_probabilities(name: str, probs: torch.Tensor) -> None:
         )
 
 
-def _check_values(p: torch.Tensor, q: torch.Tensor | None, draft_tokens: torch.Tensor) -> None:
-    """The checks both shapes share: p and q hold probabilities over the same V, the ids index it."""
+def check_chain(p: torch.Tensor, q: torch.Tensor | None, draft_tokens: torch.Tensor,
+                num_drafts: torch.Tensor | None, *, logits: bool = False) -> None:
+    """Validate a batch of rounds: ``p: [B, K + 1, V]`` probabilities (``logits=True``: the target's logits, for
+    greedy verification), ``q: [B, K, V] | None`` probabilities over the same V, ``draft_tokens: [B, K]`` integer ids
+    in ``[0, V)``, ``num_drafts: [B]`` counts in ``[0, K]`` or None."""
+    name = "target_logits" if logits else "p (the target's probabilities)"
+    one_round = " (one round is a batch of one: add the batch dimension with [None])"
+    if not isinstance(draft_tokens, torch.Tensor) or draft_tokens.ndim != 2:
+        hint = one_round if isinstance(draft_tokens, torch.Tensor) and draft_tokens.ndim == 1 else ""
+        raise ConfigError(f"draft_tokens must be a LongTensor [B, K] (one row per round), got "
+                          f"{_shape(draft_tokens)}{hint}.")
+    if draft_tokens.is_floating_point() or draft_tokens.dtype == torch.bool:
+        raise ConfigError(f"draft_tokens must hold integer token ids, got dtype {draft_tokens.dtype}.")
+    batch, width = draft_tokens.shape
+    if not isinstance(p, torch.Tensor) or p.ndim != 3 or tuple(p.shape[:2]) != (batch, width + 1):
+        hint = one_round if isinstance(p, torch.Tensor) and p.ndim == 2 else ""
+        raise ConfigError(
+            f"{name} must have shape [B, K + 1, V] = [{batch}, {width + 1}, V] for draft tokens [B, K] = "
+            f"[{batch}, {width}] (one row per draft token and one for the bonus token), got {_shape(p)}{hint}."
+        )
     vocab = p.shape[-1]
     if q is not None:
+        if not isinstance(q, torch.Tensor) or q.ndim != 3 or tuple(q.shape[:2]) != (batch, width):
+            raise ConfigError(
+                f"q (the drafter's probabilities) must have shape [B, K, V] = [{batch}, {width}, V] (the distribution "
+                f"each draft token was drawn from) or be None (no distribution: a point mass on each draft), got "
+                f"{_shape(q)}."
+            )
         if q.shape[-1] != vocab:
             raise ConfigError(
                 f"p and q must cover the same vocabulary, got V = {vocab} for p and V = {q.shape[-1]} for q. "
                 "The draft and the target must share a tokenizer (see specdec_lib.core.vocab)."
             )
-        _check_probabilities("q", q)
-    _check_probabilities("p", p)
+        check_probabilities("q", q)
+    if not logits:
+        check_probabilities("p", p)
     if draft_tokens.numel() and (int(draft_tokens.min()) < 0 or int(draft_tokens.max()) >= vocab):
         raise ConfigError(f"draft_tokens must be token ids in [0, {vocab}), got {draft_tokens.tolist()}.")
-
-
-def check_round(p: torch.Tensor, q: torch.Tensor | None, draft_tokens: torch.Tensor) -> None:
-    """Validate the inputs of a one-round sampling verifier: ``p: [k + 1, V]``, ``q: [k, V] | None``, ``draft_tokens: [k]``."""
-    if not isinstance(draft_tokens, torch.Tensor) or draft_tokens.ndim != 1:
-        raise ConfigError(f"draft_tokens must be a 1-D LongTensor [k], got {_shape(draft_tokens)}.")
-    _check_token_dtype(draft_tokens)
-    k = draft_tokens.shape[0]
-    if not isinstance(p, torch.Tensor) or p.ndim != 2:
-        raise ConfigError(f"p (the target's probabilities) must have shape [k + 1, V], got {_shape(p)}.")
-    if p.shape[0] != k + 1:
-        raise ConfigError(
-            f"p needs k + 1 = {k + 1} rows for k = {k} draft tokens (one per draft token plus one for the bonus "
-            f"token), got {p.shape[0]}."
-        )
-    if q is not None and (not isinstance(q, torch.Tensor) or q.ndim != 2 or q.shape[0] != k):
-        raise ConfigError(
-            f"q (the drafter's probabilities) must have shape [k = {k}, V] (the distribution each draft token "
-            f"was drawn from) or be None (no distribution: a point mass on each draft), got {_shape(q)}."
-        )
-    _check_values(p, q, draft_tokens)
-
-
-def check_batch(p: torch.Tensor, q: torch.Tensor | None, draft_tokens: torch.Tensor,
-                num_drafts: torch.Tensor | None) -> None:
-    """Validate the inputs of a batched sampling verifier: ``p: [B, K + 1, V]``, ``q: [B, K, V] | None``, ``draft_tokens: [B, K]``, ``num_drafts: [B]``."""
-    if not isinstance(draft_tokens, torch.Tensor) or draft_tokens.ndim != 2:
-        raise ConfigError(f"draft_tokens must be a LongTensor [B, K] (one row per round), got {_shape(draft_tokens)}.")
-    _check_token_dtype(draft_tokens)
-    batch, width = draft_tokens.shape
-    if not isinstance(p, torch.Tensor) or p.ndim != 3 or tuple(p.shape[:2]) != (batch, width + 1):
-        raise ConfigError(
-            f"p (the target's probabilities) must have shape [B, K + 1, V] = [{batch}, {width + 1}, V] for draft "
-            f"tokens [B, K] = [{batch}, {width}] (a bonus row after each row's drafts), got {_shape(p)}."
-        )
-    if q is not None and (not isinstance(q, torch.Tensor) or q.ndim != 3 or tuple(q.shape[:2]) != (batch, width)):
-        raise ConfigError(f"q must have shape [B, K, V] = [{batch}, {width}, V] or be None, got {_shape(q)}.")
-    if num_drafts is not None:
-        if not isinstance(num_drafts, torch.Tensor) or num_drafts.shape != (batch,):
-            raise ConfigError(f"num_drafts must be a LongTensor [B] = [{batch}], got {_shape(num_drafts)}.")
-        if batch and (int(num_drafts.min()) < 0 or int(num_drafts.max()) > width):
-            raise ConfigError(f"num_drafts must lie in [0, K = {width}], got {num_drafts.tolist()}.")
-    _check_values(p, q, draft_tokens)
+    if num_drafts is not None and (not isinstance(num_drafts, torch.Tensor) or num_drafts.shape != (batch,)
+                                   or (batch and (int(num_drafts.min()) < 0 or int(num_drafts.max()) > width))):
+        got = num_drafts.tolist() if isinstance(num_drafts, torch.Tensor) else type(num_drafts).__name__
+        raise ConfigError(f"num_drafts must be a LongTensor [B] = [{batch}] of counts in [0, K = {width}] (None: K "
+                          f"each), got {got}.")
 
 
 # ------------------------------------------------------------------------------------------------ the drafted path
@@ -157,8 +141,8 @@ def check_batch(p: torch.Tensor, q: torch.Tensor | None, draft_tokens: torch.Ten
 
 @dataclass(frozen=True)
 class DraftedPath:
-    """A batch of drafts and the probabilities of the drafted path, shared by the sampling verifiers (token-wise
-    here, block in `specdec_lib.core.block_verify`).
+    """A batch of drafts and the probabilities of the drafted path, shared by the sampling rules (token-wise here,
+    block in `specdec_lib.core.block_verify`).
 
     ``tokens: [B, K]``; ``num_drafts: [B]``; ``valid: [B, K]`` position i < num_drafts[b]; ``q: [B, K + 1, V]`` the
     reported q (a point mass per draft where the drafter gave None) with zero rows at and after each row's bonus
@@ -175,7 +159,8 @@ class DraftedPath:
 
 def drafted_path(p: torch.Tensor, q: torch.Tensor | None, draft_tokens: torch.Tensor,
                  num_drafts: torch.Tensor | None) -> DraftedPath:
-    """Read the drafted path's p and q off validated batch inputs, and refuse a q that rules out its own draft."""
+    """Read the drafted path's p and q off batch inputs of valid shapes, and refuse a q that rules out its own draft
+    (a check on what the drafter reported, so it runs on every call, the round engine's included)."""
     batch, width = draft_tokens.shape
     tokens = draft_tokens.to(device=p.device, dtype=torch.long)
     count = torch.full((batch,), width, device=p.device) if num_drafts is None else num_drafts.to(p.device)
@@ -214,68 +199,41 @@ def draw_each_row(distributions: torch.Tensor, generator: torch.Generator | None
     return torch.multinomial(distributions, num_samples=1, generator=generator)[:, 0]
 
 
-def only_result(batch: BatchVerdict) -> VerifyResult:
-    """The `VerifyResult` of a batch of one round."""
-    return batch.results()[0]
-
-
 # ---------------------------------------------------------------------------------------------------------- greedy
 
 
-def verify_greedy_batch(target_logits: torch.Tensor, draft_tokens: torch.Tensor,
-                        num_drafts: torch.Tensor | None = None) -> BatchVerdict:
-    """Greedy verification of B rounds: ``target_logits: [B, K + 1, V]``, ``draft_tokens: LongTensor[B, K]``,
-    ``num_drafts: LongTensor[B]`` (None: K each). With ``t_{b,i} = argmax(target_logits[b, i])``, row b accepts its
-    longest prefix with ``d_{b,i} == t_{b,i}`` (never past ``num_drafts[b]``) and appends ``t_{b, n_b}``."""
-    if not isinstance(target_logits, torch.Tensor) or target_logits.ndim != 3:
-        raise ConfigError(f"target_logits must have shape [B, K + 1, V], got {_shape(target_logits)}.")
-    if not isinstance(draft_tokens, torch.Tensor) or draft_tokens.ndim != 2:
-        raise ConfigError(f"draft_tokens must have shape [B, K], got {_shape(draft_tokens)}.")
-    batch, width = draft_tokens.shape
-    if tuple(target_logits.shape[:2]) != (batch, width + 1):
-        raise ConfigError(
-            f"verify_greedy_batch needs target logits [B, K + 1, V] = [{batch}, {width + 1}, V] for draft tokens "
-            f"[{batch}, {width}], got {list(target_logits.shape)}."
-        )
-    if num_drafts is not None and (not isinstance(num_drafts, torch.Tensor) or num_drafts.shape != (batch,)
-                                   or (batch and (int(num_drafts.min()) < 0 or int(num_drafts.max()) > width))):
-        raise ConfigError(f"num_drafts must be a LongTensor [B] = [{batch}] of counts in [0, K = {width}], got "
-                          f"{num_drafts.tolist() if isinstance(num_drafts, torch.Tensor) else num_drafts!r}.")
+def greedy_rule(target_logits: torch.Tensor, draft_tokens: torch.Tensor,
+                num_drafts: torch.Tensor | None = None) -> Verdict:
+    """`verify_greedy`'s arithmetic, on inputs of valid shapes."""
+    width = draft_tokens.shape[1]
     choice = target_logits.argmax(dim=-1)  # [B, K + 1]: t_{b,i}, the target's greedy token after d_1 .. d_i
     matches = draft_tokens.to(choice.device) == choice[:, :width]  # [B, K]
     count = width  # every row drafted K (an int: no tensor to build on the common path)
     if num_drafts is not None:
         count = num_drafts.to(choice.device)
         matches &= torch.arange(width, device=choice.device) < count[:, None]
-    accepted = _accepted_prefix(matches)  # [B]
-    return BatchVerdict(accepted, choice.gather(1, accepted[:, None])[:, 0], accepted == count)
+    accepted = _accepted_prefix(matches)  # [B]: n_b
+    return Verdict(accepted, choice.gather(1, accepted[:, None])[:, 0], accepted == count, chain_path(accepted, width))
 
 
-def verify_greedy(target_logits: torch.Tensor, draft_tokens: torch.Tensor) -> VerifyResult:
-    """Greedy verification of ``draft_tokens: LongTensor[k]`` against ``target_logits: FloatTensor[k + 1, V]``.
+def verify_greedy(target_logits: torch.Tensor, draft_tokens: torch.Tensor,
+                  num_drafts: torch.Tensor | None = None) -> Verdict:
+    """Greedy verification of B rounds: ``draft_tokens: LongTensor[B, K]`` against ``target_logits: FloatTensor[B,
+    K + 1, V]``; ``num_drafts: LongTensor[B]`` the drafts of each row (None: K each).
 
-    With ``t_i = argmax(target_logits[i])`` (ties to the lowest id, as in greedy decoding):
+    With ``t_{b,i} = argmax(target_logits[b, i])`` (ties to the lowest id, as in greedy decoding):
 
-    - ``num_accepted = n`` is the largest n with ``draft_tokens[i] == t_i`` for every ``i < n``;
-    - ``next_token = t_n``: the recovered token when ``n < k`` (the target's choice where the draft went
-      wrong), the bonus token when ``n == k``.
+    - ``accepted[b] = n`` is the largest n <= num_drafts[b] with ``draft_tokens[b, i] == t_{b,i}`` for every ``i < n``;
+    - ``next_token[b] = t_{b,n}``: the recovered token when ``n < num_drafts[b]`` (the target's choice where the
+      draft went wrong), the bonus token when every draft was accepted.
 
-    The emitted tokens ``draft_tokens[:n] + [next_token]`` are exactly what the target's own greedy decoding
+    The emitted tokens ``draft_tokens[b, :n] + [next_token[b]]`` are exactly what the target's own greedy decoding
     would produce, which is why greedy speculative decoding is token-identical to the target alone.
-    EOS-agnostic: stopping at an end-of-sequence token is the generation loop's job. Returns a `VerifyResult`
-    (the same type as `verify_exact`), ``kind`` ``"recovered"`` or ``"bonus"``. One host transfer.
+    EOS-agnostic: stopping at an end-of-sequence token is the generation loop's job. Returns a `Verdict` (the type
+    every verifier returns). One round: ``verify_greedy(logits[None], drafts[None])``.
     """
-    if target_logits.ndim != 2:
-        raise ConfigError(f"target_logits must have shape [k + 1, V], got {list(target_logits.shape)}.")
-    if draft_tokens.ndim != 1:
-        raise ConfigError(f"draft_tokens must have shape [k], got {list(draft_tokens.shape)}.")
-    k = draft_tokens.shape[0]
-    if target_logits.shape[0] != k + 1:
-        raise ConfigError(
-            f"verify_greedy needs k + 1 = {k + 1} rows of target logits for k = {k} draft tokens "
-            f"(one per draft token plus one for the bonus token), got {target_logits.shape[0]}."
-        )
-    return only_result(verify_greedy_batch(target_logits[None], draft_tokens[None]))
+    check_chain(target_logits, None, draft_tokens, num_drafts, logits=True)
+    return greedy_rule(target_logits, draft_tokens, num_drafts)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -321,9 +279,9 @@ def residual_distribution(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     return torch.where(total > 0, excess / safe_total, p)  # Z > 0: norm(max(p - q, 0)); Z = 0 (p == q): p
 
 
-def _rejection_sample(p: torch.Tensor, drafted: DraftedPath, generator: torch.Generator | None,
-                      lenience: float) -> BatchVerdict:
-    """Shared body of `verify_exact` (``lenience = 1``) and `verify_relaxed`: accept with min(1, lenience p/q)."""
+def rejection_rule(p: torch.Tensor, drafted: DraftedPath, generator: torch.Generator | None,
+                   lenience: float = 1.0) -> Verdict:
+    """`verify_exact`'s arithmetic (``lenience = 1``) and `verify_relaxed`'s: accept with min(1, lenience p/q)."""
     u = torch.rand(drafted.tokens.shape, generator=generator, device=p.device)  # [B, K]: one u_i ~ U[0, 1) a position
     # accept x_i  <=>  u_i < min(1, l p_i(x_i) / q_i(x_i))  <=>  u_i q_i(x_i) < l p_i(x_i)   (no division, never NaN:
     # q_i(x_i) > 0 is checked; p = 0 rejects; l = lenience, 1 for exact verification); padding is never accepted
@@ -332,38 +290,27 @@ def _rejection_sample(p: torch.Tensor, drafted: DraftedPath, generator: torch.Ge
     p_n = rows_at(p, accepted)  # [B, V]: p_n, the row after the accepted drafts (p_k, the bonus row, after all k)
     # rejected at n: the recovered token's law is norm(max(p_n - q_n, 0)); all k accepted: q_k = 0, so it is p_k
     distribution = torch.where(bonus[:, None], p_n, residual_distribution(p_n, rows_at(drafted.q, accepted)))
-    return BatchVerdict(accepted, draw_each_row(distribution, generator), bonus)
+    return Verdict(accepted, draw_each_row(distribution, generator), bonus, chain_path(accepted, drafted.tokens.shape[1]))
 
 
-def verify_exact_batch(p: torch.Tensor, q: torch.Tensor | None, draft_tokens: torch.Tensor,
-                       num_drafts: torch.Tensor | None = None,
-                       generator: torch.Generator | None = None) -> BatchVerdict:
-    """`verify_exact` for B rounds at once (module docstring's shapes): ``p: [B, K + 1, V]``, ``q: [B, K, V] | None``,
-    ``draft_tokens: LongTensor[B, K]``, ``num_drafts: LongTensor[B]`` (None: K each). One ``[B, K]`` block of
-    uniforms, then one multinomial draw of B recovered-or-bonus tokens, from ``generator``."""
-    check_batch(p, q, draft_tokens, num_drafts)
-    return _rejection_sample(p, drafted_path(p, q, draft_tokens, num_drafts), generator, lenience=1.0)
+def verify_exact(p: torch.Tensor, q: torch.Tensor | None, draft_tokens: torch.Tensor,
+                 num_drafts: torch.Tensor | None = None, generator: torch.Generator | None = None) -> Verdict:
+    """Exact sampling verification of B rounds by modified rejection sampling.
 
+    ``draft_tokens: LongTensor[B, K]``, ``num_drafts: LongTensor[B]`` (None: K each). In row b (its index dropped
+    below; indices 0-based), ``x_i = draft_tokens[b, i]``. ``p: FloatTensor[B, K + 1, V]`` holds the target's
+    processed distributions (``logits_to_probs(target_logits, sampling)``): ``p_i = p[b, i]`` follows the committed
+    sequence and ``x_0 .. x_{i-1}``. ``q: FloatTensor[B, K, V]``: ``q_i = q[b, i]`` is the distribution the drafter
+    *actually* drew ``x_i`` from, processed the same way; or None when the drafter has no distribution (each draft is
+    then treated as a point mass: accepted with probability ``p_i(x_i)``, the residual is ``p_i`` without ``x_i``,
+    renormalised).
 
-def verify_exact(
-    p: torch.Tensor,
-    q: torch.Tensor | None,
-    draft_tokens: torch.Tensor,
-    generator: torch.Generator | None = None,
-) -> VerifyResult:
-    """Exact sampling verification of ``draft_tokens: LongTensor[k]`` by modified rejection sampling.
-
-    Indices are 0-based: ``x_i = draft_tokens[i]``. ``p: FloatTensor[k + 1, V]`` holds the target's processed
-    distributions (``logits_to_probs(target_logits, sampling)``): ``p_i = p[i]`` follows the committed sequence and
-    ``x_0 .. x_{i-1}``. ``q: FloatTensor[k, V]``: ``q_i = q[i]`` is the distribution the drafter *actually* drew
-    ``x_i`` from, processed the same way; or None when the drafter has no distribution (each draft is then treated
-    as a point mass: accepted with probability ``p_i(x_i)``, the residual is ``p_i`` without ``x_i``, renormalised).
-
-    With one uniform ``u_i`` per position, drawn up front from ``generator`` (so a seed fixes the round):
+    With one uniform ``u_i`` per position, drawn up front from ``generator`` (one ``[B, K]`` block, so a seed fixes
+    the round), then one multinomial draw of B tokens:
 
     - for i = 0 .. k-1: accept ``x_i`` with probability ``min(1, p_i(x_i) / q_i(x_i))``;
     - at the first rejection, draw a **recovered** token from ``norm(max(p_i - q_i, 0))`` and stop;
-    - if all k are accepted, draw a **bonus** token from ``p_k`` (the last row).
+    - if all k are accepted, draw a **bonus** token from ``p_k`` (the row after them).
 
     The emitted tokens are then distributed exactly as if the target had sampled them one by one, whatever q is,
     *as long as q is the distribution the drafts were really drawn from*. A drafter reporting another q (the
@@ -371,30 +318,15 @@ def verify_exact(
     output distribution. A draft token the reported q gives probability 0 is refused with a `ConfigError` (the
     drafter cannot have drawn it: its q is wrong). Zeros elsewhere in p or q and the all-zero residual (only when
     ``p_i == q_i``; see `residual_distribution`) are handled without NaNs. With one-hot p and q this is exactly
-    `verify_greedy`.
+    `verify_greedy`. Returns a `Verdict`; one round: ``verify_exact(p[None], q[None], drafts[None])``.
     """
-    check_round(p, q, draft_tokens)
-    q = None if q is None else q[None]
-    return only_result(_rejection_sample(p[None], drafted_path(p[None], q, draft_tokens[None], None), generator, 1.0))
+    check_chain(p, q, draft_tokens, num_drafts)
+    return rejection_rule(p, drafted_path(p, q, draft_tokens, num_drafts), generator)
 
 
-def verify_relaxed_batch(p: torch.Tensor, q: torch.Tensor | None, draft_tokens: torch.Tensor,
-                         num_drafts: torch.Tensor | None = None, generator: torch.Generator | None = None, *,
-                         lenience: float) -> BatchVerdict:
-    """`verify_relaxed` for B rounds at once (shapes as in `verify_exact_batch`). NOT DISTRIBUTION-PRESERVING."""
-    check_lenience(lenience)
-    check_batch(p, q, draft_tokens, num_drafts)
-    return _rejection_sample(p, drafted_path(p, q, draft_tokens, num_drafts), generator, float(lenience))
-
-
-def verify_relaxed(
-    p: torch.Tensor,
-    q: torch.Tensor | None,
-    draft_tokens: torch.Tensor,
-    generator: torch.Generator | None = None,
-    *,
-    lenience: float,
-) -> VerifyResult:
+def verify_relaxed(p: torch.Tensor, q: torch.Tensor | None, draft_tokens: torch.Tensor,
+                   num_drafts: torch.Tensor | None = None, generator: torch.Generator | None = None, *,
+                   lenience: float) -> Verdict:
     """NOT DISTRIBUTION-PRESERVING. Lenient rule: accept ``x_i`` w.p. ``min(1, lenience * p_i(x_i) / q_i(x_i))``.
 
     Same inputs, random draws and residual ``norm(max(p_i - q_i, 0))`` as `verify_exact`, which it equals for
@@ -404,7 +336,5 @@ def verify_relaxed(
     what the trade costs; never use it where the speculative output must match the target's.
     """
     check_lenience(lenience)
-    check_round(p, q, draft_tokens)
-    q = None if q is None else q[None]
-    drafted = drafted_path(p[None], q, draft_tokens[None], None)
-    return only_result(_rejection_sample(p[None], drafted, generator, float(lenience)))
+    check_chain(p, q, draft_tokens, num_drafts)
+    return rejection_rule(p, drafted_path(p, q, draft_tokens, num_drafts), generator, float(lenience))

@@ -51,6 +51,7 @@ from ..core.forward import LAST_HIDDEN, num_layers, run_layers
 from ..core.paths import data_dir
 from ..core.drafting import Context, Draft, Drafter, TargetOutput
 from ..core.sampling import SamplingConfig, draw
+from ..core.validation import is_whole
 from .eagle_runner import EagleRunner
 from .frozen_target import load_drafter
 
@@ -85,7 +86,7 @@ def check_feature_layers(layers, target: PreTrainedModel) -> tuple[int, ...]:
     count = num_layers(target)
     layers = tuple(layers)
     inner = layers[:-1]
-    if (not layers or layers[-1] != -1 or any(not isinstance(i, int) or not 0 <= i < count for i in inner)
+    if (not layers or layers[-1] != -1 or any(not is_whole(i) or not 0 <= i < count for i in inner)
             or list(inner) != sorted(set(inner))):
         raise ConfigError(f"feature_layers must be increasing hidden-state indices in [0, {count}) followed by -1 "
                           f"(the last layer, normed), e.g. (4, 12, -1); got {list(layers)}.")

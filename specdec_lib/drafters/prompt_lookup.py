@@ -78,6 +78,11 @@ def find_continuation(
     check_ngram_settings(min_ngram, max_ngram, rule)
     if isinstance(tokens, torch.Tensor):
         tokens = tokens.reshape(-1).tolist()
+    return _continuation(tokens, k, min_ngram, max_ngram, rule)
+
+
+def _continuation(tokens: Sequence[int], k: int, min_ngram: int, max_ngram: int, rule: str) -> list[int]:
+    """`find_continuation` on a list of ids with settings already checked (the drafter checks its own once)."""
     length = len(tokens)
     if k <= 0 or length < 2:
         return []
@@ -136,8 +141,7 @@ class PromptLookupDrafter(Drafter):
         for b, k in enumerate(context.budget):
             if self.max_continuation is not None:
                 k = min(k, self.max_continuation)
-            copies.append(find_continuation(context.row(b).tolist(), k, min_ngram=self.min_ngram,
-                                            max_ngram=self.max_ngram, rule=self.rule))
+            copies.append(_continuation(context.row(b).tolist(), k, self.min_ngram, self.max_ngram, self.rule))
         tokens = torch.full((len(copies), max(map(len, copies))), PAD_ID, dtype=torch.long)
         for b, copy in enumerate(copies):
             tokens[b, : len(copy)] = torch.tensor(copy, dtype=torch.long)

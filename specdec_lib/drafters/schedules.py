@@ -35,7 +35,7 @@ import torch
 from ..core.errors import ConfigError
 from ..core.drafting import Context, Draft, Drafter, WrappedDrafter
 from ..core.sampling import SamplingConfig
-from ..core.validation import check_count
+from ..core.validation import check_count, check_number
 
 
 class DraftStopRule(ABC):
@@ -48,18 +48,12 @@ class DraftStopRule(ABC):
         """``confidences``: the probability the draft gave each token drafted so far this round (>= 1 entry)."""
 
 
-def _check_probability(name: str, value: object, *, low_open: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1 or (low_open and value == 0):
-        raise ConfigError(f"{name} must be a probability in {'(0' if low_open else '[0'}, 1], got {value!r}.")
-    return float(value)
-
-
 class ConfidenceStop(DraftStopRule):
     """Stop as soon as the last drafted token's confidence is below ``threshold`` (that token is still proposed,
     as in transformers' ``ConfidenceCriteria``)."""
 
     def __init__(self, threshold: float = 0.4) -> None:
-        self.threshold = _check_probability("threshold", threshold)
+        self.threshold = check_number("threshold (a probability)", threshold, minimum=0, maximum=1)
         self.name = f"confidence<{self.threshold:g}"
 
     def should_stop(self, confidences: Sequence[float]) -> bool:
@@ -74,15 +68,15 @@ class CostAwareStop(DraftStopRule):
     (``(v(gamma) - 1) / gamma`` from measured verification costs ``v``), >= 0."""
 
     def __init__(self, c: float, marginal_verify: float) -> None:
-        for name, value in (("c", c), ("marginal_verify", marginal_verify)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-                raise ConfigError(f"{name} must be a finite number >= 0 (in one-token target forwards), got {value!r}.")
+        c = check_number("c (one draft forward, in one-token target forwards)", c, minimum=0)
+        marginal_verify = check_number("marginal_verify (one more verified position, in one-token target forwards)",
+                                       marginal_verify, minimum=0)
         if c + marginal_verify >= 1:
             raise ConfigError(
                 f"c + marginal_verify = {c + marginal_verify:.3f} >= 1: one drafted token would cost more than the "
                 "target forward it can save, so no draft ever pays. Use a cheaper drafter, or decode without one."
             )
-        self.c, self.marginal_verify = float(c), float(marginal_verify)
+        self.c, self.marginal_verify = c, marginal_verify
         self.price = self.c + self.marginal_verify
         self.name = f"cost-aware(price={self.price:.3f})"
 

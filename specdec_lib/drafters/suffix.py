@@ -45,7 +45,7 @@ import torch
 from ..core.drafting import Context, Draft, Drafter
 from ..core.errors import ConfigError, InputError
 from ..core.sampling import SamplingConfig
-from ..core.validation import check_count
+from ..core.validation import check_count, check_number
 
 
 @dataclass
@@ -189,22 +189,12 @@ class SuffixDrafter(Drafter):
     ) -> None:
         check_count("max_depth (the longest suffix the tree stores, in tokens)", max_depth, minimum=2,
                     hint="Arctic Inference uses 24 (the default).")
-        if isinstance(min_probability, bool) or not isinstance(min_probability, (int, float)) or not (
-            0 <= min_probability <= 1
-        ):
-            raise ConfigError(
-                f"min_probability must be a number in [0, 1] (0: draft until k or the tree ends), got "
-                f"{min_probability!r}. The default is 0.1."
-            )
-        if max_spec_factor is not None and (
-            isinstance(max_spec_factor, bool) or not isinstance(max_spec_factor, (int, float)) or max_spec_factor <= 0
-        ):
-            raise ConfigError(
-                f"max_spec_factor (draft tokens allowed per matched token) must be a number > 0 or None (no "
-                f"cap below k, the default), got {max_spec_factor!r}. Arctic Inference uses 1.0."
-            )
+        self.min_probability = check_number("min_probability", min_probability, minimum=0, maximum=1,
+                                            hint="0 drafts until k or the tree ends; the default is 0.1.")
+        if max_spec_factor is not None:
+            check_number("max_spec_factor (draft tokens allowed per matched token)", max_spec_factor, minimum=0,
+                         open_low=True, hint="None (the default): no cap below k; Arctic Inference uses 1.0.")
         self.max_depth = max_depth
-        self.min_probability = float(min_probability)
         self.max_spec_factor = max_spec_factor
         self.history_tree = SuffixTree(max_depth)
         self.request_tree = SuffixTree(max_depth)

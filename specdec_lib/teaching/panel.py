@@ -32,7 +32,7 @@ from ..core.forks import explain_fork
 from ..core.pair import ModelPair
 from ..prompts import TASKS
 from ..core.sampling import GREEDY, SamplingConfig
-from ..core.validation import check_gamma
+from ..core.validation import check_gamma, check_number
 from ..core.theory import expected_tokens_per_round
 from ..core.trace import mean_acceptance_length, per_position_acceptance, per_token_acceptance
 
@@ -72,9 +72,8 @@ def check_case(drafter: object, task: object, gamma: object, temperature: object
     if task not in TASKS:
         raise ConfigError(f"Unknown task {task!r}; choose from {', '.join(TASKS)}.")
     check_gamma(gamma)
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or temperature < 0:
-        raise ConfigError(f"temperature must be a number >= 0 (0: greedy), got {temperature!r}.")
-    return GREEDY if temperature == 0 else SamplingConfig(temperature=float(temperature))
+    temperature = check_number("temperature", temperature, minimum=0, hint="0: greedy.")
+    return GREEDY if temperature == 0 else SamplingConfig(temperature=temperature)
 
 
 def run_case(pair: ModelPair, drafter: str, task: str, gamma: int, temperature: float = 0.0, *, prompts: int = 2,

@@ -23,6 +23,8 @@ from typing import Any
 
 import torch
 
+from ...core import validation
+
 
 @dataclass(frozen=True)
 class Case:
@@ -99,10 +101,11 @@ def tensor_problem(got: Any, expected: torch.Tensor, atol: float = 1e-5) -> str 
 
 
 def is_number(value: Any) -> bool:
-    """Whether ``value`` is a real number a check can grade: an int or float (not a bool), or a one-element tensor."""
+    """Whether ``value`` is a real number a check can grade: the library's `is_number` (an int or float, not a
+    bool), or a one-element tensor."""
     if isinstance(value, torch.Tensor):
         return value.numel() == 1
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return validation.is_number(value)
 
 
 def close(got: Any, expected: float, rel_tol: float = 1e-6, abs_tol: float = 1e-9) -> bool:

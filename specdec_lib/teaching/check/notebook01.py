@@ -35,7 +35,7 @@ def _logits_choosing(*tokens: int, vocab: int = 5) -> torch.Tensor:
 
 
 def _verify_cases() -> list[Case]:
-    """Rows of target logits ``[k + 1, V]`` and drafts ``[k]``; expected: `verify_greedy`'s two numbers."""
+    """Rows of target logits ``[k + 1, V]`` and drafts ``[k]``; expected: `verify_greedy`'s two numbers for them."""
     generator = torch.Generator().manual_seed(0)
     wide = torch.randn(6, 12, generator=generator)  # [k + 1 = 6, V = 12]
     choice = wide.argmax(dim=-1)
@@ -50,15 +50,15 @@ def _verify_cases() -> list[Case]:
     out = []
     for name, logits, drafts in cases:
         drafts = torch.tensor(drafts, dtype=torch.long)
-        verdict = verify_greedy(logits, drafts)
-        out.append(Case(name, (logits, drafts), (verdict.num_accepted, verdict.next_token)))
+        n, token, _ = verify_greedy(logits[None], drafts[None]).tolist()[0]  # one round: a batch of one
+        out.append(Case(name, (logits, drafts), (n, token)))
     return out
 
 
 def _as_pair(got: Any) -> tuple[int, int] | None:
-    """``(num_accepted, next_token)`` from a tuple / list of two integers (or a VerifyResult), else None."""
-    if hasattr(got, "num_accepted") and hasattr(got, "next_token"):
-        got = (got.num_accepted, got.next_token)
+    """``(num_accepted, next_token)`` from a tuple / list of two integers (or a one-row `Verdict`), else None."""
+    if hasattr(got, "accepted") and hasattr(got, "next_token"):
+        got = (got.accepted, got.next_token)
     if not isinstance(got, (tuple, list)) or len(got) != 2:
         return None
     try:

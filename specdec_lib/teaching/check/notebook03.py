@@ -24,6 +24,7 @@ from transformers import DynamicCache, LlamaConfig
 from ...core.caches import cache_length, crop_cache, new_cache
 from ...core.forward import forward_with_cache
 from ...core.pair import ModelPair
+from ...core.validation import is_whole
 from ...core.verify import verify_greedy
 from ...loading import load_pair
 from ...prompts import load_prompts
@@ -230,8 +231,8 @@ def reference_loop(input_ids: torch.Tensor, gamma: int, max_new_tokens: int, *, 
         block = torch.cat([unread, draft_tokens.view(1, -1)], dim=1)
         logits = forward_with_cache(target, block, t_cache, logits_to_keep=k + 1)[0]
         forwards += 1
-        verdict = verify_greedy(logits, draft_tokens)
-        emitted = torch.tensor([drafts[: verdict.num_accepted] + [verdict.next_token]], device=input_ids.device)
+        n, token, _ = verify_greedy(logits[None], draft_tokens[None]).tolist()[0]  # one round: a batch of one
+        emitted = torch.tensor([drafts[:n] + [token]], device=input_ids.device)
         sequence = torch.cat([sequence, emitted], dim=1)
         if k > 0:
             draft_read = min(length + k - 1, sequence.shape[1] - 1)
@@ -265,7 +266,7 @@ def _rollback_cases() -> list[Case]:
 def _as_tokens(got: Any) -> list[int] | None:
     if isinstance(got, torch.Tensor):
         got = got.flatten().tolist()
-    if isinstance(got, (list, tuple)) and all(isinstance(t, int) and not isinstance(t, bool) for t in got):
+    if isinstance(got, (list, tuple)) and all(is_whole(t) for t in got):
         return list(got)
     return None
 

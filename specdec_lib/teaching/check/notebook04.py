@@ -21,6 +21,7 @@ from transformers import AutoTokenizer, PreTrainedTokenizerBase
 from ...drafters.cross_tokenizer import (REPLACEMENT, continuation_ids, decode, encode, naive_continuation_ids,
                                          target_window)
 from ...core.paths import data_dir
+from ...core.validation import is_whole
 from .core import Case, CheckReport, check_choice, close, describe, is_number, mismatch, run_cases
 
 # --- exercise 1: align by hand ------------------------------------------------------------------------------------
@@ -56,7 +57,7 @@ def _as_ids(got: Any) -> list[int] | None:
     """A list of ints from a list / tuple / 1-D tensor of token ids, else None."""
     if isinstance(got, torch.Tensor):
         got = got.flatten().tolist() if got.dim() <= 2 else None
-    if not isinstance(got, (list, tuple)) or not all(isinstance(i, int) and not isinstance(i, bool) for i in got):
+    if not isinstance(got, (list, tuple)) or not all(is_whole(i) for i in got):
         return None
     return list(got)
 

@@ -43,7 +43,8 @@ def _token_wise(p: torch.Tensor, q: torch.Tensor, drafts: tuple[int, ...], ratio
 def _block(p: torch.Tensor, q: torch.Tensor, drafts: tuple[int, ...]) -> float:
     """E[tau] of block verification on one draft, from the library's length distribution."""
     gamma = len(drafts)
-    law = block_thresholds(p.repeat(gamma + 1, 1), q.repeat(gamma, 1), torch.tensor(drafts)).length_distribution()
+    block = block_thresholds(p.repeat(1, gamma + 1, 1), q.repeat(1, gamma, 1), torch.tensor([drafts]))  # a batch of one
+    law = block.length_distribution()[0]
     return float((torch.arange(gamma + 1, dtype=law.dtype) * law).sum())
 
 
