@@ -131,18 +131,16 @@ def jacobi_generate(
     input_ids: torch.Tensor,
     *,
     max_new_tokens: int,
-    block_size: int = 4,
+    gamma: int = 4,
     eos_token_id: int | Sequence[int] | str | None = AUTO,
 ) -> GenerationResult:
     """Greedy decoding of ``input_ids: LongTensor[1, T]`` by Jacobi iteration (`specdec_lib.drafters.jacobi`): the
-    engine with the model's own last forward as the drafter, ``block_size`` guesses a round. Token-identical to
+    engine with the model's own last forward as the drafter, ``gamma`` guesses a round (its draft length). Token-identical to
     ``autoregressive_generate(model, input_ids, ...)``; each round's guesses count as ``drafted`` and the converged
     ones as ``accepted``, with no draft forwards."""
-    check_count("block_size (the number of future tokens Jacobi decoding guesses and updates per forward)",
-                block_size, minimum=1, hint="Typical values are 2 to 8.")
-    settings = Settings(max_new_tokens, gamma=block_size)
+    settings = Settings(max_new_tokens, gamma=gamma)
     return generate(model, JacobiDrafter(), _one_row(input_ids), settings, eos_token_id=eos_token_id,
-                    method=f"jacobi[block={block_size}]")
+                    method=f"jacobi[gamma={gamma}]")
 
 
 def batched_autoregressive_generate(

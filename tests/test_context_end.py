@@ -47,7 +47,7 @@ def test_a_token_tree_fills_the_context(models, branching, cache_kind):
 
 def test_jacobi_fills_the_context(models):
     target, _, expected = models
-    assert jacobi_generate(target, PROMPT, max_new_tokens=NEW_TOKENS, block_size=6, eos_token_id=None
+    assert jacobi_generate(target, PROMPT, max_new_tokens=NEW_TOKENS, gamma=6, eos_token_id=None
                            ).new_token_list == expected
 
 

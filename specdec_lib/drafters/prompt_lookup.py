@@ -107,8 +107,8 @@ class PromptLookupDrafter(Drafter):
     """Draft by copying: `find_continuation` over the prompt and everything generated so far.
 
     ``min_ngram`` / ``max_ngram``: the n-gram lengths tried, longest first. ``rule``: ``"first"`` (the rule of
-    transformers and vLLM, alias ``"longest-earliest"``) or ``"latest"``. ``max_continuation`` caps the draft
-    below the round's ``k`` (None: ``k``, which `speculative_generate` sets to ``gamma``).
+    transformers and vLLM, alias ``"longest-earliest"``) or ``"latest"``. A copy is at most the round's draft
+    length ``k`` (``gamma``, shortened near the end of the generation), like every drafter's draft.
 
     The defaults (1, 3, "first") are transformers' rule and n-gram range: a 1-token match is a weak guess, but a
     rejected draft only costs a few more positions in a forward the target runs anyway, while a round without a
@@ -122,26 +122,19 @@ class PromptLookupDrafter(Drafter):
     batches = True
 
     def __init__(
-        self, *, min_ngram: int = 1, max_ngram: int = 3, max_continuation: int | None = None, rule: str = "first"
+        self, *, min_ngram: int = 1, max_ngram: int = 3, rule: str = "first"
     ) -> None:
         check_ngram_settings(min_ngram, max_ngram, rule)
-        if max_continuation is not None:
-            check_count("max_continuation (the most tokens one draft copies)", max_continuation, minimum=1,
-                        hint="None: no cap below gamma.")
         self.min_ngram = min_ngram
         self.max_ngram = max_ngram
-        self.max_continuation = max_continuation
         self.rule = rule
 
     def propose(self, context: Context, sampling: SamplingConfig, generator: torch.Generator | None) -> Draft:
-        """Per row, up to ``min(budget, max_continuation)`` tokens copied from its committed tokens (see
+        """Per row, up to the round's ``k`` tokens copied from its committed tokens (see
         `find_continuation`); an empty row when nothing recurs. ``sampling`` and ``generator`` are unused: the copy
         is the same whatever the temperature, and verification treats it as a point mass."""
-        copies = []
-        for b, k in enumerate(context.budget):
-            if self.max_continuation is not None:
-                k = min(k, self.max_continuation)
-            copies.append(_continuation(context.row(b).tolist(), k, self.min_ngram, self.max_ngram, self.rule))
+        copies = [_continuation(context.row(b).tolist(), k, self.min_ngram, self.max_ngram, self.rule)
+                  for b, k in enumerate(context.budget)]
         tokens = torch.full((len(copies), max(map(len, copies))), PAD_ID, dtype=torch.long)
         for b, copy in enumerate(copies):
             tokens[b, : len(copy)] = torch.tensor(copy, dtype=torch.long)
