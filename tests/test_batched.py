@@ -14,7 +14,8 @@ from specdec_lib import autoregressive_generate
 from specdec_lib import DraftModelDrafter, PromptLookupDrafter, batched_autoregressive_generate, batched_speculative_generate
 from specdec_lib.core.drafting import Draft, WrappedDrafter
 from specdec_lib.core.result import GenerationResult
-from specdec_lib.core.rows import left_pad, positions_from_mask
+from specdec_lib.core.forward import positions_from_mask
+from specdec_lib.core.rows import left_pad
 from specdec_lib.core.errors import ConfigError, ContextOverflowError, InputError
 from specdec_lib.core.sampling import SamplingConfig, logits_to_probs
 from specdec_lib.core.stats import chi_square_gof, histogram, total_variation
