@@ -9,6 +9,7 @@ from specdec_lib.core.errors import ConfigError, ContextOverflowError, InputErro
 from specdec_lib.core.caches import cache_length, crop_cache, new_cache
 from specdec_lib.core.validation import check_fits_context, check_generation_inputs, check_input_ids, context_length
 from specdec_lib.core.forward import (
+    LAST_HIDDEN,
     embed,
     forward_with_cache,
     lm_head_logits,
@@ -177,7 +178,7 @@ def test_hidden_states_are_the_lm_heads_input_at_every_position(architecture):
     ids = torch.randint(2, 64, (1, 7), generator=torch.Generator().manual_seed(0))
     with torch.inference_mode():
         logits, hidden = forward_with_cache(model, ids, DynamicCache(config=model.config), logits_to_keep=2,
-                                            return_hidden=True)
+                                            hidden=LAST_HIDDEN)
         assert hidden.shape == (1, 7, model.config.hidden_size)
         torch.testing.assert_close(model.lm_head(hidden[:, -2:]).float(), logits)
 

@@ -45,10 +45,19 @@ class FakeTokenizer:
 
 
 TOKENIZER = FakeTokenizer()
+
+
+def view(draft, accepted, target_token, kind):
+    """The view of a hand-made round: ``draft`` proposed, the first ``accepted`` kept, then ``target_token``."""
+    emitted = accepted + (target_token is not None)
+    return RoundView(RoundRecord(len(draft), accepted, emitted, 0.0, 0.0, len(draft), kind, tuple(draft)),
+                     target_token)
+
+
 VIEWS = [
-    RoundView((), 0, 1, "prefill"),  # prefill: "def"
-    RoundView((2, 3, 4, 5), 2, 6, "recovered"),  # " x", "<b>" accepted; "&" rejected; "\n" unchecked; "y" recovered
-    RoundView((7, 8), 2, 9, "bonus"),  # "a", "b" accepted; "c" bonus
+    view((), 0, 1, "prefill"),  # prefill: "def"
+    view((2, 3, 4, 5), 2, 6, "recovered"),  # " x", "<b>" accepted; "&" rejected; "\n" unchecked; "y" recovered
+    view((7, 8), 2, 9, "bonus"),  # "a", "b" accepted; "c" bonus
 ]
 
 
@@ -65,10 +74,10 @@ def test_round_view_kinds_and_emitted():
     assert VIEWS[0].prefill and VIEWS[0].target_kind == "target" and VIEWS[0].emitted == [1]
     assert not VIEWS[1].prefill and VIEWS[1].target_kind == "recovered" and VIEWS[1].emitted == [2, 3, 6]
     assert VIEWS[2].target_kind == "bonus" and VIEWS[2].emitted == [7, 8, 9]
-    assert RoundView((), 0, 4, "target").target_kind == "target"  # a round that drafted nothing
-    assert RoundView((7, 1), 2, None, "bonus").emitted == [7, 1]  # generation ended at an accepted EOS
+    assert view((), 0, 4, "target").target_kind == "target"  # a round that drafted nothing
+    assert view((7, 1), 2, None, "bonus").emitted == [7, 1]  # generation ended at an accepted EOS
     with pytest.raises(ConfigError, match="accepted"):
-        RoundView((7,), 2, 9, "bonus")
+        view((7,), 2, 9, "bonus")
 
 
 @pytest.mark.parametrize(
@@ -78,7 +87,7 @@ def test_round_view_kinds_and_emitted():
 )
 def test_round_view_refuses_a_kind_that_contradicts_its_counts(draft, accepted, kind):
     with pytest.raises(ConfigError, match="round|kind"):
-        RoundView(draft, accepted, 1, kind)
+        view(draft, accepted, 1, kind)
 
 
 def test_html_colours_each_kind_and_escapes_token_text():
@@ -196,9 +205,11 @@ def hand_made_result():
 
 
 def test_views_from_run_pairs_drafts_with_the_trace():
-    views = views_from_run(hand_made_result())
-    assert views == [RoundView((), 0, 1, "prefill"), RoundView((2, 3, 4), 1, 7, "recovered"),
-                     RoundView((8, 9), 2, 1, "bonus")]
+    result = hand_made_result()
+    views = views_from_run(result)
+    assert [view.record for view in views] == result.trace.rounds
+    assert [view.target_token for view in views] == [1, 7, 1]
+    assert [view.emitted for view in views] == [[1], [2, 7], [8, 9, 1]]
 
 
 def test_views_take_their_kind_from_the_trace():
@@ -224,7 +235,7 @@ def test_views_from_run_after_an_accepted_eos():
         trace.add_round(record, 0.0)  # drafts [4, EOS, 6], all accepted; generation stops after the EOS
     result = GenerationResult.single(torch.tensor([[5, 3, 4, 1]]), 1, "t", trace)
     views = views_from_run(result)
-    assert views[1] == RoundView((4, 1, 6), 3, None, "bonus")
+    assert views[1] == RoundView(result.trace.rounds[1], None) and views[1].emitted == [4, 1]  # nothing after EOS
 
 
 @pytest.mark.parametrize("gamma", [1, 3, 5])
@@ -236,11 +247,12 @@ def test_trace_rounds_matches_the_library_run(tiny_llama, tiny_draft_llama, prom
     assert result.new_token_list == plain.new_token_list
     assert result.method == plain.method == "speculative[draft-model]"
     assert [token for view in views for token in view.emitted] == result.new_token_list
-    assert [(len(v.draft), v.accepted) for v in views] == [(r.drafted, r.accepted) for r in plain.trace.rounds]
-    assert [v.kind for v in views] == [r.kind for r in plain.trace.rounds]
-    assert views[0].draft and not any(v.prefill for v in views)  # the prompt's forward verifies the first drafts
+    assert [v.record for v in views] == result.trace.rounds
+    assert [(r.drafted, r.accepted, r.kind) for r in result.trace.rounds] == [(r.drafted, r.accepted, r.kind)
+                                                                            for r in plain.trace.rounds]
+    assert views[0].record.draft_tokens and not any(v.prefill for v in views)  # round 1 verifies drafts
     if which == "self":  # the target drafting for itself: every draft accepted, every target token a bonus
-        assert all(v.accepted == len(v.draft) and v.target_kind in ("bonus", "target") for v in views)
+        assert all(v.record.accepted == v.record.drafted and v.target_kind in ("bonus", "target") for v in views)
         assert any(v.target_kind == "bonus" for v in views)
 
 

@@ -32,6 +32,7 @@ from pathlib import Path
 import torch
 
 from ..core.block_verify import block_thresholds, verify_block
+from ..core.forward import forward_with_cache
 from ..core.pair import ModelPair
 from ..core.sampling import SamplingConfig, draw, logits_to_probs
 from ..core.stats import cluster_mean_interval
@@ -79,10 +80,10 @@ def draft_chains(pair: ModelPair, context: torch.Tensor, sampling: SamplingConfi
     ids = context.expand(draws, -1)
     q_rows = []
     for _ in range(length):  # no cache: a handful of short forwards of a one-layer draft
-        tokens, q = draw(pair.draft(input_ids=ids).logits[:, -1], sampling, generator)
+        tokens, q = draw(forward_with_cache(pair.draft, ids, None, logits_to_keep=1)[:, -1], sampling, generator)
         q_rows.append(q)
         ids = torch.cat([ids, tokens[:, None]], dim=1)
-    logits = pair.target(input_ids=ids).logits[:, context.shape[1] - 1 :]  # [draws, length + 1, V]
+    logits = forward_with_cache(pair.target, ids, None, logits_to_keep=length + 1)  # [draws, length + 1, V]
     chain = ids[:, context.shape[1] :]
     return Rows(logits_to_probs(logits, sampling), torch.stack(q_rows, dim=1), chain,
                 torch.zeros(draws, dtype=torch.long))

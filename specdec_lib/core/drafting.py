@@ -169,8 +169,8 @@ class Drafter(ABC):
     def verifier(self, rows):
         """What runs this generation's verification forwards: ``rows`` (the target's `CachedRows`) by default. A
         drafter that drafts into the target's own cache (early exit) keeps ``rows.cache`` and returns an object with
-        the same ``forward(input_ids, valid, *, logits_to_keep, tree, hidden) -> (logits, hidden states)``, whose
-        logits equal the full target forward's."""
+        the same ``forward(input_ids, valid, *, logits_to_keep, tree_parents, hidden) -> (logits, hidden states)``,
+        whose logits equal the full target forward's."""
         return rows
 
     @abstractmethod

@@ -84,8 +84,8 @@ def generate(target: PreTrainedModel, drafter: Drafter, prompts: Sequence[torch.
             draft = run.nothing() if proposed is None else run.checked(proposed, context)
             run.recorder.drafted(drafter)
             step, valid, keep = run.step_input(draft)  # [B, W]: what the cache lacks, then the drafts
-            tree = None if draft.parents is None else (draft.parents, 0)
-            logits, states = verifier.forward(step, valid, logits_to_keep=keep, tree=tree, hidden=hidden)
+            logits, states = verifier.forward(step, valid, logits_to_keep=keep, tree_parents=draft.parents,
+                                              hidden=hidden)
             finished = run.commit(draft, decide(logits, draft, settings, run.generator))
             run.recorder.verified(rows)
             rows.roll_back(run.cache_keep(), run.path_slots)

@@ -1,15 +1,25 @@
-"""The one place that runs a model forward (`run_model`), the one-row convenience around it (`forward_with_cache`),
-and the layer-slice helpers self-speculative drafting needs.
+"""The one forward of the library (`forward_with_cache`) and the layer-slice helpers self-speculative drafting needs.
 
 Speculative decoding lives on the KV cache: the target scores a whole block of drafted tokens in one forward
-appended to its cache, then *rolls the cache back* past the first rejected token. Every forward in the library
-goes through `run_model`, because transformers moved this API between 5.x releases: the forward's cache keyword is
-``cache=`` in 5.24 but ``past_key_values=`` in 5.17 (and in 4.57 ``cache=`` is silently swallowed by ``**kwargs``!),
-so the keyword is read from the forward's signature, never assumed. A ``torch.compile`` d model (an
-``OptimizedModule`` whose forward is ``(*args, **kwargs)``) is looked through to the module it wraps.
+appended to its cache, then *rolls the cache back* past the first rejected token. Every model forward of the library
+goes through `forward_with_cache`, which builds what the model reads besides the tokens, in one place:
 
-Caches themselves (creation, length, rollback and its refusals) belong to `specdec_lib.core.caches`; a model with
-its cache for B rows, to `specdec_lib.core.rows`.
+    a chain       positions S .. S + T - 1 after the S cached slots; the model's own causal mask
+    ragged rows   ``attention_mask: [B, S + T]`` marks the slots that hold a real token of each row (left padding,
+                  rejected drafts, shorter drafts are *holes*); a token's position counts the real slots before it
+                  (`positions_from_mask`), so each row gets the positions, hence the rotary phases, it would get
+                  alone, and no real token attends to a hole
+    a token tree  node i at the root's position + its depth, attending to the prefix, its ancestors and itself
+                  (`specdec_lib.core.trees.tree_position_ids`, `specdec_lib.core.trees.tree_attention_mask`)
+
+A model with its cache for B rows, and the bookkeeping of which slots are holes, is `specdec_lib.core.rows.CachedRows`
+(its ``forward`` is this function on its cache); caches themselves (creation, length, rollback and its refusals)
+belong to `specdec_lib.core.caches`.
+
+transformers moved the forward's API between 5.x releases: the cache keyword is ``cache=`` in 5.24 but
+``past_key_values=`` in 5.17 (and in 4.57 ``cache=`` is silently swallowed by ``**kwargs``!), so the keyword is read
+from the forward's signature (`forward_keywords`), never assumed. A ``torch.compile`` d model (an ``OptimizedModule``
+whose forward is ``(*args, **kwargs)``) is looked through to the module it wraps.
 """
 
 import functools
@@ -21,9 +31,9 @@ import torch
 from transformers import PreTrainedModel
 from transformers.cache_utils import Cache
 
-from .errors import ConfigError, ContextOverflowError
+from .errors import ConfigError, ContextOverflowError, InputError
 from .trees import node_depths, tree_attention_mask, tree_position_ids
-from .validation import check_input_ids, context_length
+from .validation import context_length
 
 
 LAST_HIDDEN = (-1,)  # the last layer's output after the final norm: what Medusa heads and EAGLE-1 read
@@ -69,43 +79,19 @@ def unwrap_compiled(model: torch.nn.Module) -> torch.nn.Module:
     return model._modules.get("_orig_mod", model)  # a dict lookup: a missing attribute costs Module.__getattr__ a raise
 
 
-def run_model(
-    model: PreTrainedModel,
-    input_ids: torch.Tensor,
-    cache: Cache | None,
-    *,
-    position_ids: torch.Tensor,
-    attention_mask: torch.Tensor | None = None,
-    logits_to_keep: int | None = None,
-    hidden: Sequence[int] | None = None,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Run ``model`` on ``input_ids: LongTensor[B, T]`` appended to ``cache`` (None: no cache, T is everything).
+def positions_from_mask(mask: torch.Tensor) -> torch.Tensor:
+    """``LongTensor[B, S]``: each slot's position, the number of real slots before it in its row (``cumsum(mask) -
+    1``, 0 on leading holes) for ``mask: BoolTensor[B, S]`` (True where a slot holds a real token of that row)."""
+    return (mask.long().cumsum(dim=-1) - 1).clamp_min(0)
 
-    ``position_ids: [B, T]``; ``attention_mask``: None (the model's own causal mask), ``[B, S + T]`` (1 where a slot
-    holds a real token of that row, `specdec_lib.core.rows`) or an additive 4-D mask (a token tree). Returns float32
-    logits ``[B, T_keep, V]`` of the last ``T_keep = logits_to_keep`` positions (all T when None: keeping only the
-    needed rows skips most of the LM head, the largest matrix in small models) and, with ``hidden``, hidden states
-    at every new position, ``[B, T, len(hidden) * D]`` (else None): transformers' ``hidden_states[i]`` for each i
-    in ``hidden``, side by side (0: the embeddings, i: after layer i, -1: after the final norm, the LM head's input).
-    Runs under whatever grad mode the caller set (generation uses inference_mode)."""
-    keywords = forward_keywords(type(unwrap_compiled(model)))
-    kwargs: dict[str, object] = {"position_ids": position_ids, "use_cache": cache is not None}
-    if attention_mask is not None:
-        kwargs["attention_mask"] = attention_mask
-    if cache is not None:
-        kwargs[keywords.cache] = cache
-        if keywords.cache_position:  # older 5.x: the cache slots the new tokens take
-            past = int(cache.get_seq_length())
-            kwargs["cache_position"] = torch.arange(past, past + input_ids.shape[1], device=input_ids.device)
-    if logits_to_keep is not None and keywords.logits_to_keep:
-        kwargs["logits_to_keep"] = logits_to_keep
-    if hidden:
-        kwargs["output_hidden_states"] = True
-    output = model(input_ids=input_ids, **kwargs)
-    logits = output.logits
-    if logits_to_keep is not None and not keywords.logits_to_keep:  # the model computed every position's logits
-        logits = logits[:, -logits_to_keep:]
-    return logits.float(), select_hidden(output.hidden_states, hidden) if hidden else None
+
+@functools.lru_cache(maxsize=None)
+def _counting(length: int, device: torch.device) -> torch.Tensor:
+    """``0 .. length - 1`` on ``device``, made once: a chain's positions are a view of it (a fresh ``arange`` per
+    forward is a new allocation every draft step). Made outside inference mode, so a forward under autograd can
+    read it too."""
+    with torch.inference_mode(False):
+        return torch.arange(length, device=device)
 
 
 def forward_with_cache(
@@ -114,58 +100,92 @@ def forward_with_cache(
     cache: Cache | None,
     *,
     logits_to_keep: int | None = None,
+    attention_mask: torch.Tensor | None = None,
     tree_parents: Sequence[int] | None = None,
     tree_first: int = 0,
-    return_hidden: bool = False,
+    hidden: Sequence[int] | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """Run ``model`` on new tokens ``input_ids: LongTensor[1, T]`` appended after the tokens in ``cache`` (one row).
+    """Run ``model`` on new tokens ``input_ids: LongTensor[B, T]`` appended after the S slots in ``cache`` (which
+    grows in place by T slots per row); with ``cache=None`` on the full sequences without a cache (positions ``0 ..
+    T - 1``: the "no KV cache" baseline). Positions are passed explicitly, so they stay right after a `crop_cache`
+    rollback. What the model reads besides the tokens (module docstring):
 
-    The new tokens take positions ``L, ..., L + T - 1`` where ``L = cache_length(cache)``; positions are passed
-    explicitly, so they stay right after a `crop_cache` rollback. ``cache`` is extended in place by T tokens.
-    With ``tree_parents`` (the N parent indices of a token tree, `specdec_lib.core.trees`) the input is the tree's
-    positions ``tree_first .. N`` (0: the root, 1 + i: node i; the earlier ones are the cache's last entries):
-    each gets the position ``root + depth`` and the tree attention mask (prefix, ancestors, itself) instead of
-    the causal one. The cache stores the T entries in input order (it grows by T *slots*, while the deepest node
-    takes only the position ``root + depth``: near the end of the context a tree fits where a chain of N would not).
-    With ``cache=None`` the model runs without a cache on the full sequence (positions ``0 ... T - 1``): the
-    "no KV cache" baseline.
+    - by default a chain: positions ``S .. S + T - 1`` and the model's causal mask;
+    - ``attention_mask: BoolTensor[B, S + T]`` (True where a slot, cached or new, holds a real token of that row):
+      ragged rows; each token's position counts the real slots before it;
+    - ``tree_parents`` (the N parent indices of a token tree, one row, `specdec_lib.core.trees`): the input is the
+      tree's positions ``tree_first .. N`` (0: the root, 1 + i: node i; the earlier ones are the cache's last
+      slots); each gets the position ``root + depth`` and the tree attention mask (prefix, ancestors, itself). The
+      cache stores the T entries in input order (it grows by T *slots*, while the deepest node takes only the
+      position ``root + depth``: near the end of the context a tree fits where a chain of N would not).
 
-    Returns float32 logits ``[1, T_keep, V]`` for the last ``T_keep = logits_to_keep`` positions (all ``T`` when
-    None). With ``return_hidden=True`` it returns ``(logits, hidden)``, ``hidden: [1, T, D]`` the last layer's output
-    after the final norm (the LM head's input) at *every* new position: what Medusa heads and EAGLE drafters read.
-    """
-    check_input_ids(input_ids)
-    new_tokens = input_ids.shape[1]
-    if logits_to_keep is not None and not 1 <= logits_to_keep <= new_tokens:
+    Returns float32 logits ``[B, T_keep, V]`` for the last ``T_keep = logits_to_keep`` positions (all T when None:
+    keeping only the needed rows skips most of the LM head, the largest matrix in small models). With ``hidden``
+    (layer indices, e.g. `LAST_HIDDEN`) it returns ``(logits, states)``, ``states: [B, T, len(hidden) * D]`` at
+    *every* new position: transformers' ``hidden_states[i]`` for each i in ``hidden``, side by side (0: the
+    embeddings, i: after layer i, -1: after the final norm, the LM head's input; what Medusa heads and EAGLE
+    read). Runs under whatever grad mode the caller set (generation uses inference_mode)."""
+    if not (isinstance(input_ids, torch.Tensor) and input_ids.dtype == torch.long and input_ids.ndim == 2
+            and input_ids.shape[1] > 0):
+        got = (f"{input_ids.dtype} of shape {list(input_ids.shape)}" if isinstance(input_ids, torch.Tensor)
+               else type(input_ids).__name__)
+        raise InputError(f"input_ids must be a torch.LongTensor [B, T] with T >= 1 (the new tokens of each row), got "
+                         f"{got}. Use tokenizer(text, return_tensors='pt').input_ids or torch.tensor([ids]).")
+    batch, width = input_ids.shape
+    if logits_to_keep is not None and not 1 <= logits_to_keep <= width:
         raise ConfigError(
-            f"logits_to_keep must be between 1 and the number of new tokens ({new_tokens}), got {logits_to_keep}. "
+            f"logits_to_keep must be between 1 and the number of new tokens ({width}), got {logits_to_keep}. "
             "Pass None to keep the logits of every position."
         )
     past = 0 if cache is None else int(cache.get_seq_length())
-    limit = context_length(model)
-    mask = None
+    limit, device = context_length(model), input_ids.device
+    positions, mask = None, None  # None: a chain's positions (below) and the model's own causal mask
+    last = past + width - 1  # the last position read (for ragged rows a bound: holes take no position)
     if tree_parents is not None:
-        if len(tree_parents) + 1 - tree_first != new_tokens or tree_first > past:
+        if len(tree_parents) + 1 - tree_first != width or tree_first > past or batch != 1 or attention_mask is not None:
             raise ConfigError(
                 f"A tree forward from tree position {tree_first} over a tree of {len(tree_parents)} nodes reads "
-                f"{len(tree_parents) + 1 - tree_first} tokens after at least {tree_first} cached ones; got "
-                f"{new_tokens} tokens after {past}.")
+                f"{len(tree_parents) + 1 - tree_first} tokens of one row (no attention_mask) after at least "
+                f"{tree_first} cached ones; got {batch} row(s) of {width} tokens after {past}.")
         root = past - tree_first  # the root's cache slot, and its position
-        last_position = root + max(node_depths(tree_parents), default=0)
-        positions = tree_position_ids(tree_parents, root, tree_first, input_ids.device)  # [1, T]
+        last = root + max(node_depths(tree_parents), default=0)
+        positions = tree_position_ids(tree_parents, root, tree_first, device)  # [1, T]
         mask = tree_attention_mask(tree_parents, root, tree_first, dtype=next(model.parameters()).dtype,
-                                   device=input_ids.device)  # [1, 1, T, past + T]
-    else:
-        last_position = past + new_tokens - 1
-        positions = torch.arange(past, past + new_tokens, device=input_ids.device).unsqueeze(0)  # [1, T]
-    if last_position >= limit:
+                                   device=device)  # [1, 1, T, S + T]
+    elif attention_mask is not None:
+        if tuple(attention_mask.shape) != (batch, past + width):
+            raise ConfigError(f"attention_mask must be [B, S + T] = [{batch}, {past + width}] (the cached slots, then "
+                              f"the new ones), got {list(attention_mask.shape)}.")
+        positions = positions_from_mask(attention_mask)[:, -width:]  # [B, T]
+        mask = attention_mask.long()
+        if last >= limit:  # the bound is past the context: read the exact last position back
+            last = int(positions.max())
+    if last >= limit:
         raise ContextOverflowError(
-            f"Cannot run {new_tokens} new tokens after {past} cached ones: position {last_position} is past "
-            f"the model's context of {limit}. Shorten the prompt or generate fewer tokens."
+            f"Cannot run {width} new tokens after {past} cached ones: position {last} is past the model's context "
+            f"of {limit}. Shorten the prompt or generate fewer tokens."
         )
-    logits, hidden = run_model(model, input_ids, cache, position_ids=positions, attention_mask=mask,
-                               logits_to_keep=logits_to_keep, hidden=LAST_HIDDEN if return_hidden else None)
-    return (logits, hidden) if return_hidden else logits
+    if positions is None:  # a chain: every row's next positions, a view of 0 .. limit - 1
+        positions = _counting(limit, device)[None, past : past + width].expand(batch, width)
+
+    keywords = forward_keywords(type(unwrap_compiled(model)))
+    kwargs: dict[str, object] = {"position_ids": positions, "use_cache": cache is not None}
+    if mask is not None:
+        kwargs["attention_mask"] = mask
+    if cache is not None:
+        kwargs[keywords.cache] = cache
+        if keywords.cache_position:  # older 5.x: the cache slots the new tokens take
+            kwargs["cache_position"] = torch.arange(past, past + width, device=device)
+    if logits_to_keep is not None and keywords.logits_to_keep:
+        kwargs["logits_to_keep"] = logits_to_keep
+    if hidden:
+        kwargs["output_hidden_states"] = True
+    output = model(input_ids=input_ids, **kwargs)
+    logits = output.logits
+    if logits_to_keep is not None and not keywords.logits_to_keep:  # the model computed every position's logits
+        logits = logits[:, -logits_to_keep:]
+    logits = logits.float()
+    return (logits, select_hidden(output.hidden_states, hidden)) if hidden else logits
 
 
 def _decoder(model: PreTrainedModel) -> torch.nn.Module:

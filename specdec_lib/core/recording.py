@@ -17,26 +17,12 @@ drafted, and its emitted tokens became available at ``verified``.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 
 from .devices import synchronize
 from .memory import cache_bytes
-from .trace import RoundKind, RoundRecord, Trace
-
-
-@dataclass(frozen=True)
-class RowRound:
-    """What one row did in one target forward (the engine's commit reports it; the recorder times it)."""
-
-    row: int  # the row's index in the prompts
-    drafted: int
-    accepted: int
-    emitted: int
-    kind: RoundKind
-    draft_tokens: tuple[int, ...]
+from .trace import RoundRecord, Trace
 
 
 class Recorder:
@@ -80,15 +66,15 @@ class Recorder:
         if self.record_memory:
             self._note_memory(rows, None)
 
-    def round_done(self, rounds: Sequence[RowRound], draft_forwards: int) -> None:
-        """The round is over (caches rolled back, the drafter told): one `RoundRecord` per row that took part."""
+    def round_done(self, rounds: dict[int, RoundRecord], draft_forwards: int) -> None:
+        """The round is over (caches rolled back, the drafter told): each row's record (``rounds``: row index ->
+        what it did, from the engine's commit) gets the round's times and draft forwards and joins the row's trace."""
         end = self.now()
         draft_time = (self.drafted_at - self.round_start) + (end - self.verified_at)
         verify_time = self.verified_at - self.drafted_at
-        for done in rounds:
-            record = RoundRecord(done.drafted, done.accepted, done.emitted, draft_time, verify_time,
-                                 draft_forwards=draft_forwards, kind=done.kind, draft_tokens=done.draft_tokens)
-            trace = self.traces[done.row]
+        for row, record in rounds.items():
+            record.draft_time, record.verify_time, record.draft_forwards = draft_time, verify_time, draft_forwards
+            trace = self.traces[row]
             if not trace.rounds:  # the first round read the prompt: its end is the time to the first token
                 trace.prefill_time = self.verified_at
             trace.add_round(record, self.verified_at)

@@ -2,8 +2,10 @@
 one is a batch).
 
     sequences[b]    LongTensor[1, T_b + N_b]: row b's prompt followed by its N_b new tokens
-    traces[b]       row b's rounds (one per target forward it took part in) and token times (`specdec_lib.core.trace`)
-    forwards        every target forward of the generation: how many rows it ran on, how many drafts it verified
+    traces[b]       row b's rounds (one `RoundRecord` per target forward it took part in) and token times
+                    (`specdec_lib.core.trace`)
+    forwards        every target forward of the generation, as the records of the rows it ran on: rows only leave
+                    the batch, so row b took part in the first ``len(traces[b].rounds)`` forwards
 
 A result of one row reads as before: ``result.new_token_list``, ``result.trace``, ``result.sequence``. A batch
 reads per row: ``result.tokens[b]``, ``result.traces[b]``, ``result.time_to_first_token()`` ...
@@ -11,22 +13,14 @@ reads per row: ``result.tokens[b]``, ``result.traces[b]``, ``result.time_to_firs
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
 from .errors import ConfigError
-from .trace import (Trace, acceptance_rate, draft_forwards, inter_token_latencies, latency_percentiles,
+from .trace import (RoundRecord, Trace, acceptance_rate, draft_forwards, inter_token_latencies, latency_percentiles,
                     mean_acceptance_length, per_position_acceptance, per_token_acceptance, target_forwards,
                     time_to_first_token, tokens_per_second, tokens_per_target_forward)
-
-
-@dataclass(frozen=True)
-class ForwardRecord:
-    """One target forward of a generation: how many rows it ran on, and how many draft tokens it verified."""
-
-    rows: int
-    drafted: int = 0
 
 
 @dataclass
@@ -37,13 +31,11 @@ class GenerationResult:
     prompt_lengths: list[int]
     method: str  # e.g. "autoregressive", "speculative[draft-model]", "batched-speculative[prompt-lookup]"
     traces: list[Trace]
-    forwards: list[ForwardRecord] = field(default_factory=list)
 
     @classmethod
     def single(cls, sequence: torch.Tensor, prompt_length: int, method: str, trace: Trace) -> "GenerationResult":
         """A result of one row, ``sequence: LongTensor[1, T + N]`` (for a trace made by hand)."""
-        forwards = [ForwardRecord(1, record.drafted) for record in trace.rounds]
-        return cls([sequence], [prompt_length], method, [trace], forwards)
+        return cls([sequence], [prompt_length], method, [trace])
 
     @property
     def batch(self) -> int:
@@ -95,7 +87,13 @@ class GenerationResult:
     @property
     def target_forwards(self) -> int:
         """Forwards of the target model, prefill included (each runs on every active row at once)."""
-        return len(self.forwards)
+        return max((len(trace.rounds) for trace in self.traces), default=0)
+
+    @property
+    def forwards(self) -> list[list[RoundRecord]]:
+        """Per target forward, in order: the records of the rows it ran on, in prompt order (module docstring)."""
+        return [[trace.rounds[i] for trace in self.traces if len(trace.rounds) > i]
+                for i in range(self.target_forwards)]
 
     @property
     def wall_time(self) -> float:

@@ -23,8 +23,8 @@ padding of a shorter draft. No real token attends to a hole, and positions count
 
 Slots that are holes in every row are removed (a crop at the tail, a compaction otherwise), so the cache grows by
 the longest block kept per round, not by the widest draft. ``kind="none"`` keeps no cache at all: every forward
-re-reads the whole sequence (the baseline that shows what a KV cache saves). Every forward goes through
-`specdec_lib.core.forward.run_model`.
+re-reads the whole sequence (the baseline that shows what a KV cache saves). Positions and masks are built by
+`specdec_lib.core.forward.forward_with_cache` (holes included: this class passes it which slots are real).
 """
 
 from __future__ import annotations
@@ -36,9 +36,7 @@ from transformers import PreTrainedModel
 
 from .caches import cache_length, compact_cache, crop_cache, new_cache, repeat_rows, rows_repeatable
 from .errors import ConfigError
-from .forward import run_model
-from .trees import tree_attention_mask, tree_position_ids
-from .validation import context_length
+from .forward import forward_with_cache
 
 PAD_ID = 0  # the id fed into holes; any id the model can read would do, since no real token attends to a hole
 ROW_KINDS = ("dynamic", "preallocated", "none")
@@ -59,12 +57,6 @@ def left_pad(prompts: Sequence[torch.Tensor], pad_id: int = PAD_ID) -> tuple[tor
     return input_ids, torch.arange(width, device=rows[0].device) >= width - lengths[:, None]
 
 
-def positions_from_mask(mask: torch.Tensor) -> torch.Tensor:
-    """``LongTensor[B, S]``: each slot's position, the number of real slots before it in its row (``cumsum(mask) -
-    1``, 0 on leading holes)."""
-    return (mask.long().cumsum(dim=-1) - 1).clamp_min(0)
-
-
 class CachedRows:
     """``model`` with a KV cache for ``batch`` rows (module docstring). ``kind``: ``"dynamic"`` (default),
     ``"preallocated"`` (one row; ``max_len`` slots allocated now, `specdec_lib.core.caches`) or ``"none"`` (one row,
@@ -80,9 +72,6 @@ class CachedRows:
         self.cache = None if kind == "none" else new_cache(model, kind, max_len=max_len)
         self.fed = torch.empty(1, 0, dtype=torch.long, device=model.device)  # kind "none": what was read so far
         self.mask: torch.Tensor | None = None  # [B, S] once some row holds a hole
-        # 0 .. context - 1 once: a forward without holes takes a view of it as its positions (a fresh arange per
-        # forward is a new allocation every draft step)
-        self.counting = torch.arange(context_length(model), device=model.device)
 
     @property
     def capacity(self) -> int | None:
@@ -108,55 +97,42 @@ class CachedRows:
         return self.mask.sum(dim=1)
 
     def forward(self, input_ids: torch.Tensor, valid: torch.Tensor | None = None, *, logits_to_keep: int | None = None,
-                tree: tuple[Sequence[int], int] | None = None,
+                tree_parents: Sequence[int] | None = None, tree_first: int = 0,
                 hidden: Sequence[int] | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Append ``input_ids: LongTensor[B, T]`` and return float32 logits ``[B, T_keep, V]`` of the last
-        ``logits_to_keep`` columns (all T when None) and, with ``hidden``, the hidden states `run_model` reads
-        (``[B, T, len(hidden) * D]``, else None). ``valid: BoolTensor[B, T]``: the real tokens (None: all of them).
-        ``tree=(parents, first)`` (one row): the inputs are tree positions ``first .. N`` of a token tree
-        (`specdec_lib.core.trees`), with the tree's positions and attention mask instead of the causal ones."""
+        """`forward_with_cache` on this cache: append ``input_ids: LongTensor[B, T]`` (``valid: BoolTensor[B, T]``:
+        the real tokens, None: all of them) and return float32 logits ``[B, T_keep, V]`` of the last
+        ``logits_to_keep`` columns (all T when None) and, with ``hidden``, the hidden states at those layers (``[B,
+        T, len(hidden) * D]``, else None). ``tree_parents``, ``tree_first``: a token tree (one row), as in
+        `forward_with_cache`. What is kept here is which slots are holes; the positions and masks that follow from
+        them are built there."""
         batch, width = input_ids.shape
-        past = self.slots
         if self.cache is None:  # no cache: read everything again, keep the logits of the new positions
             self.fed = torch.cat([self.fed, input_ids], dim=1)
-            positions = torch.arange(self.fed.shape[1], device=input_ids.device)[None]
-            logits, states = run_model(self.model, self.fed, None, position_ids=positions,
-                                       logits_to_keep=logits_to_keep or width, hidden=hidden)
+            logits, states = self._run(self.fed, logits_to_keep=logits_to_keep or width, hidden=hidden)
             return logits, None if states is None else states[:, -width:]
-        if (past == 0 and batch > 1 and valid is None and tree is None and rows_repeatable(self.cache)
+        if (self.slots == 0 and batch > 1 and valid is None and tree_parents is None and rows_repeatable(self.cache)
                 and bool((input_ids == input_ids[:1]).all())):
             return self._prefill_once(input_ids, logits_to_keep, hidden)
-        if tree is not None:
-            parents, first = tree
-            root = past - first  # the root's slot
-            positions = tree_position_ids(parents, root, first, input_ids.device)
-            mask = tree_attention_mask(parents, root, first, dtype=next(self.model.parameters()).dtype,
-                                       device=input_ids.device)  # [1, 1, T, past + T]
-        elif self.mask is None and (valid is None or bool(valid.all())):
-            positions = self.counting[None, past : past + width]  # [1, T]: every row's next positions
-            if positions.shape[1] < width:  # beyond the context (the decoders refuse it before): count on
-                positions = torch.arange(past, past + width, device=input_ids.device)[None]
-            if batch > 1:
-                positions = positions.expand(batch, width)
-            mask = None  # every slot real: the model's own causal mask
-        else:
-            previous = self.mask if self.mask is not None else input_ids.new_ones(batch, past, dtype=torch.bool)
+        if self.mask is not None or (valid is not None and not bool(valid.all())):  # some slot is a hole
+            previous = self.mask if self.mask is not None else input_ids.new_ones(batch, self.slots, dtype=torch.bool)
             new = input_ids.new_ones(batch, width, dtype=torch.bool) if valid is None else valid
-            full = torch.cat([previous, new], dim=1)  # [B, S + T]
-            positions = positions_from_mask(full)[:, -width:]
-            mask, self.mask = full.long(), full
-        return run_model(self.model, input_ids, self.cache, position_ids=positions, attention_mask=mask,
-                         logits_to_keep=logits_to_keep, hidden=hidden)
+            self.mask = torch.cat([previous, new], dim=1)  # [B, S + T]
+        return self._run(input_ids, logits_to_keep=logits_to_keep, attention_mask=self.mask, tree_parents=tree_parents,
+                         tree_first=tree_first, hidden=hidden)
+
+    def _run(self, input_ids: torch.Tensor, *, hidden: Sequence[int] | None,
+             **options) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """`forward_with_cache` on this model and cache, as ``(logits, hidden states or None)``."""
+        output = forward_with_cache(self.model, input_ids, self.cache, hidden=hidden, **options)
+        return output if hidden else (output, None)
 
     def _prefill_once(self, input_ids: torch.Tensor, logits_to_keep: int | None,
                       hidden: Sequence[int] | None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Prefill B identical rows ``input_ids: [B, T]`` by one forward of the first and copies of its keys, values,
         logits and hidden states: the numbers a B-row forward computes (every row reads the same tokens at the same
         positions), for 1/B of its cost."""
-        batch, width = input_ids.shape
-        positions = torch.arange(width, device=input_ids.device)[None]
-        logits, states = run_model(self.model, input_ids[:1], self.cache, position_ids=positions,
-                                   logits_to_keep=logits_to_keep, hidden=hidden)
+        batch = input_ids.shape[0]
+        logits, states = self._run(input_ids[:1], logits_to_keep=logits_to_keep, hidden=hidden)
         repeat_rows(self.cache, batch)
         return logits.expand(batch, -1, -1).contiguous(), None if states is None else states.expand(batch, -1, -1)
 

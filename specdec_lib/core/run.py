@@ -28,12 +28,13 @@ from transformers import PreTrainedModel
 
 from .drafting import Context, Draft, Drafter, TargetAlone, TargetOutput
 from .errors import ConfigError
-from .recording import Recorder, RowRound
-from .result import ForwardRecord, GenerationResult
+from .recording import Recorder
+from .result import GenerationResult
 from .rows import PAD_ID, ROW_KINDS, left_pad
 from .sampling import GREEDY, SamplingConfig, check_sampling, make_generator
 from .stopping import stop_token_ids
-from .trees import TreeShape, node_depths
+from .trace import RoundRecord
+from .trees import TreeShape, check_parents, node_depths
 from .validation import (check_count, check_drafter, check_gamma, check_prompts, check_same_device, context_length,
                          is_whole)
 from .verify import Verdict, check_probabilities
@@ -107,8 +108,8 @@ class Run:
             self.tokens[row, : prompt.shape[1]] = prompt[0].to(self.device)
         self.lengths = list(self.prompt_lengths)
         self.active = list(range(len(prompts)))
-        self.forwards: list[ForwardRecord] = []
-        self.rounds: list[RowRound] = []  # what each active row did in the last forward
+        self.target_forwards = 0  # run so far: one per round
+        self.rounds: dict[int, RoundRecord] = {}  # row -> what it did in the last forward (the recorder times it)
         self.path: tuple[int, ...] | None = None  # the accepted path of the last tree round
         self.path_slots: tuple[int, list[int]] | None = None  # its cache slots, and the slot they move to
         self.recorder = Recorder(self.device, len(prompts), record_memory=record_memory)
@@ -140,7 +141,7 @@ class Run:
     @property
     def first_round(self) -> bool:
         """Whether no target forward has run yet (the target's cache is empty: this round reads the prompts)."""
-        return not self.forwards
+        return self.target_forwards == 0
 
     def _budget(self, row: int) -> int:
         """k for ``row`` this round: drafts + the target's own token fit in what is left of max_new_tokens, and the
@@ -241,7 +242,7 @@ class Run:
             self.path_slots = (start, [start + node for node in paths[0]])
         check_draft_ids(drafts, self.readable_ids)
         first = self.first_round
-        self.rounds, finished = [], []
+        self.rounds, finished = {}, []
         for index, row in enumerate(self.active):
             left = self.settings.max_new_tokens - (self.lengths[row] - self.prompt_lengths[row])
             new = (kept[index] + [next_tokens[index]])[:left]
@@ -253,9 +254,10 @@ class Run:
             self.lengths[row] += len(new)
             kind = ("recovered" if drafts[index] and not bonus[index] else "bonus" if drafts[index]
                     else "prefill" if first else "target")
-            self.rounds.append(RowRound(row, len(drafts[index]), accepted[index], len(new), kind, tuple(drafts[index])))
+            self.rounds[row] = RoundRecord(len(drafts[index]), accepted[index], len(new), 0.0, 0.0, 0, kind,
+                                           tuple(drafts[index]))  # the recorder adds the times and draft forwards
             finished.append(stop is not None or len(new) == left)
-        self.forwards.append(ForwardRecord(self.batch, sum(len(row) for row in drafts)))
+        self.target_forwards += 1
         return finished
 
     def cache_keep(self) -> list[int]:
@@ -266,8 +268,9 @@ class Run:
         """What the drafter may read of this round's forward (`TargetOutput`): the first row's logits ``[1 + K,
         V]`` and its hidden states at the inputs the cache keeps (the committed ones fed this round, then the
         accepted drafts)."""
-        done = self.rounds[0]
-        committed = self.prompt_lengths[done.row] if len(self.forwards) == 1 else 1  # fed before the drafts
+        row = self.active[0]
+        done = self.rounds[row]
+        committed = self.prompt_lengths[row] if self.target_forwards == 1 else 1  # fed before the drafts
         return TargetOutput(logits[0], None if states is None else states[0, : committed + done.accepted], done.accepted)
 
     def retire(self, finished: list[bool], *states) -> None:
@@ -284,4 +287,4 @@ class Run:
 
     def result(self, method: str) -> GenerationResult:
         sequences = [self.tokens[row : row + 1, : self.lengths[row]] for row in range(self.tokens.shape[0])]
-        return GenerationResult(sequences, self.prompt_lengths, method, self.recorder.traces, self.forwards)
+        return GenerationResult(sequences, self.prompt_lengths, method, self.recorder.traces)

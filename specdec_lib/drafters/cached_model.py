@@ -25,7 +25,7 @@ from transformers import PreTrainedModel
 
 from ..core.drafting import Context
 from ..core.errors import InputError
-from ..core.rows import PAD_ID, CachedRows
+from ..core.rows import PAD_ID, CachedRows, left_pad
 from ..core.validation import context_length
 
 
@@ -87,17 +87,8 @@ class CachedModel:
     def feed(self, pending: Sequence[torch.Tensor]) -> torch.Tensor:
         """One forward over each row's ``pending`` ids after its cache; float32 logits ``[B, V]`` after each row's
         last one (rows' blocks right-aligned, so their last tokens share the last column)."""
-        if len(pending) == 1:
-            logits, _ = self.rows.forward(pending[0][None], logits_to_keep=1)
-        else:
-            width = max(ids.shape[0] for ids in pending)
-            block = torch.full((len(pending), width), PAD_ID, dtype=torch.long, device=self.ids.device)
-            for b, ids in enumerate(pending):
-                block[b, width - ids.shape[0]:] = ids
-            counts = torch.tensor([ids.shape[0] for ids in pending], device=self.ids.device)
-            valid = (None if all(ids.shape[0] == width for ids in pending)  # no holes: copies of one prompt read once
-                     else torch.arange(width, device=self.ids.device) >= width - counts[:, None])  # [B, P]
-            logits, _ = self.rows.forward(block, valid, logits_to_keep=1)
+        block, valid = left_pad(pending)  # [B, P], [B, P] | None: every row's last id in the last column
+        logits, _ = self.rows.forward(block, valid, logits_to_keep=1)
         for b, ids in enumerate(pending):
             self._append(b, ids)
         return logits[:, -1]
@@ -116,7 +107,7 @@ class CachedModel:
         """(one row) Tree positions ``first .. N`` (``ids: LongTensor[N + 1 - first]``; the root and the ``first -
         1`` nodes before them are the cache's last ids), with the tree's positions and mask. Float32 logits
         ``[N + 1 - first, V]``, one row per fed position."""
-        logits, _ = self.rows.forward(ids[None], tree=(parents, first))
+        logits, _ = self.rows.forward(ids[None], tree_parents=parents, tree_first=first)
         self._append(0, ids)
         return logits[0]
 

@@ -113,13 +113,13 @@ class EarlyExitDrafter(Drafter):
         return Draft(tokens=torch.cat(tokens, dim=1)[0], probs=torch.stack(rows) if rows else None, forwards=k)
 
     def forward(self, step_input: torch.Tensor, valid: torch.Tensor | None = None, *, logits_to_keep: int,
-                tree=None, hidden=None) -> tuple[torch.Tensor, None]:
+                tree_parents=None, hidden=None) -> tuple[torch.Tensor, None]:
         """The verification forward of ``step_input: LongTensor[1, T]`` (what the cache lacks, then the drafts):
         layers ``1 .. E`` only on the inputs drafting has not fed (``d_k``; all of them when nothing was drafted),
         then layers ``E + 1 .. L`` on every input from its layer-E state. Returns float32 logits ``[1,
         logits_to_keep, V]``, equal to the full target forward's, and no hidden states (one row, a chain: ``valid``,
-        ``tree`` and ``hidden`` are None)."""
-        if valid is not None or tree is not None or hidden is not None:
+        ``tree_parents`` and ``hidden`` are None)."""
+        if valid is not None or tree_parents is not None or hidden is not None:
             raise ConfigError("EarlyExitDrafter verifies one row's chain of drafts: no batch, tree or hidden states.")
         cache = self._require_cache()
         fed = cache.get_seq_length(0) - cache.get_seq_length(self.exit_layer)  # inputs already through 1..E

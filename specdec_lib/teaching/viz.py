@@ -1,9 +1,9 @@
 """Pictures of speculative decoding: what happened to every drafted token, and the two standard plots.
 
 - **Round views.** `trace_rounds` runs the library's own `speculative_generate` and returns, next to its
-  result, one `RoundView` per target forward, read from the trace (`views_from_run`): the tokens the drafter
-  proposed, how many the target accepted, and the token the target added, with the round's `RoundRecord.kind`
-  (prefill, target, recovered or bonus).
+  result, one `RoundView` per target forward (`views_from_run`): the trace's `RoundRecord` of the round (the tokens
+  the drafter proposed, how many the target accepted, the round's kind: prefill, target, recovered or bonus) and
+  the token the target added, read from the output.
   `render_rounds_html` colours them:
 
       accepted draft tokens        green
@@ -39,7 +39,7 @@ from ..decoders import speculative_generate
 from ..core.stopping import AUTO
 from ..core.theory import expected_tokens_per_round
 from ..core.result import GenerationResult
-from ..core.trace import RoundKind
+from ..core.trace import RoundRecord
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.axes import Axes
@@ -48,52 +48,50 @@ if TYPE_CHECKING:  # pragma: no cover
 
 @dataclass(frozen=True)
 class RoundView:
-    """One round (one target forward) as a learner should see it.
+    """One round (one target forward) as a learner should see it: the trace's `RoundRecord` of it (the tokens the
+    drafter proposed, ``draft_tokens``; how many the target accepted, always a prefix; the round's ``kind``) and
+    ``target_token``, the token the target added itself at position ``accepted``: recovered (it replaces the first
+    rejected draft), bonus (every draft was accepted) or its own step (the prefill, or a round that drafted
+    nothing); None only when an accepted end-of-sequence token ended generation inside the round. A view checks
+    its record when made: counts, drafts and kind must agree (`ConfigError` otherwise)."""
 
-    ``draft``: the token ids the drafter proposed (empty when it proposed none);
-    ``accepted``: how many of them the target accepted (always a prefix of ``draft``);
-    ``target_token``: the token the target added itself, at position ``accepted``; None only when an accepted
-    end-of-sequence token ended generation inside the round;
-    ``kind``: the round's `RoundRecord.kind`, what the target's token is: ``"prefill"`` (the prompt's forward, with
-    no drafts to verify), ``"target"`` (nothing was drafted: an ordinary target step), ``"recovered"`` (it replaces the first rejected
-    draft, ``accepted < len(draft)``) or ``"bonus"`` (every draft was accepted).
-    """
-
-    draft: tuple[int, ...]
-    accepted: int
+    record: RoundRecord
     target_token: int | None
-    kind: RoundKind
 
     def __post_init__(self) -> None:
-        if not 0 <= self.accepted <= len(self.draft):
+        record = self.record
+        if len(record.draft_tokens) != record.drafted:
+            raise ConfigError(f"The round drafted {record.drafted} tokens according to its record, but it keeps "
+                              f"{len(record.draft_tokens)} draft tokens: the trace contradicts itself.")
+        if not 0 <= record.accepted <= record.drafted:
+            raise ConfigError(f"A round's accepted drafts must lie between 0 and drafted = {record.drafted}, got "
+                              f"{record.accepted}.")
+        if record.kind not in _KIND_FITS:
+            raise ConfigError(f"A round's kind must be one of {tuple(_KIND_FITS)}, got {record.kind!r}.")
+        if not _KIND_FITS[record.kind](record.drafted, record.accepted):
             raise ConfigError(
-                f"RoundView.accepted must lie between 0 and len(draft) = {len(self.draft)}, got {self.accepted}."
-            )
-        if self.kind not in _KIND_FITS:
-            raise ConfigError(f"RoundView.kind must be one of {tuple(_KIND_FITS)}, got {self.kind!r}.")
-        if not _KIND_FITS[self.kind](len(self.draft), self.accepted):
-            raise ConfigError(
-                f"A {self.kind!r} round cannot have {self.accepted} of {len(self.draft)} drafts accepted: "
-                f"{_KIND_RULES[self.kind]}."
+                f"A {record.kind!r} round cannot have {record.accepted} of {record.drafted} drafts accepted: "
+                f"{_KIND_RULES[record.kind]}."
             )
 
     @property
     def prefill(self) -> bool:
         """Whether this is a prefill that verified nothing (the prompt's forward, round 1, when the drafter drafted
         nothing yet; a drafter that drafts from the prompt makes round 1 a verification round)."""
-        return self.kind == "prefill"
+        return self.record.kind == "prefill"
 
     @property
     def target_kind(self) -> str:
         """How the target's token is coloured: ``"recovered"``, ``"bonus"`` or ``"target"`` (its own step: the
         prefill or a round that drafted nothing)."""
-        return "target" if self.kind == "prefill" else self.kind
+        return "target" if self.prefill else self.record.kind
 
     @property
     def emitted(self) -> list[int]:
-        """The tokens this round appended: the accepted drafts and the target's token."""
+        """The tokens this round appended: the accepted drafts and the target's token (the record's ``emitted`` of
+        them: an end-of-sequence token among the accepted drafts ends the round there)."""
         tail = [] if self.target_token is None else [self.target_token]
-        return list(self.draft[: self.accepted]) + tail
+        return (list(self.record.draft_tokens[: self.record.accepted]) + tail)[: self.record.emitted]
 
 
 # what each RoundRecord.kind says about (drafted, accepted), checked when a view is made
@@ -112,26 +110,21 @@ _KIND_RULES = {
 
 
 def views_from_run(result: GenerationResult) -> list[RoundView]:
-    """One `RoundView` per round of a one-row run: the drafts each `RoundRecord` keeps (``draft_tokens``), how many
-    the target accepted and each round's kind, the target's token from the output sequence. Checks that they agree
-    (the accepted drafts must be the committed tokens) and raises `ConfigError` otherwise."""
+    """One `RoundView` per round of a one-row run: each `RoundRecord` of its trace with the target's token, read
+    from the output sequence. Checks that they agree (the accepted drafts must be the committed tokens) and raises
+    `ConfigError` otherwise."""
     tokens = result.sequence[0].tolist()
     length = result.prompt_length
     views = []
     for index, record in enumerate(result.trace.rounds):
-        draft = list(record.draft_tokens)
-        if len(draft) != record.drafted:
-            raise ConfigError(f"Round {index + 1} drafted {record.drafted} tokens according to the trace, but it keeps "
-                              f"{len(draft)} draft tokens: the trace contradicts itself.")
         committed = tokens[length : length + record.emitted]
         kept_drafts = min(record.accepted, record.emitted)
-        if committed[:kept_drafts] != draft[:kept_drafts]:
+        if committed[:kept_drafts] != list(record.draft_tokens[:kept_drafts]):
             raise ConfigError(
-                f"Round {index + 1}: the accepted drafts {draft[:kept_drafts]} are not the committed tokens "
-                f"{committed[:kept_drafts]}: the trace does not belong to this sequence."
+                f"Round {index + 1}: the accepted drafts {list(record.draft_tokens[:kept_drafts])} are not the "
+                f"committed tokens {committed[:kept_drafts]}: the trace does not belong to this sequence."
             )
-        target_token = committed[record.accepted] if record.emitted > record.accepted else None
-        views.append(RoundView(tuple(draft), record.accepted, target_token, record.kind))
+        views.append(RoundView(record, committed[record.accepted] if record.emitted > record.accepted else None))
         length += record.emitted
     return views
 
@@ -193,17 +186,18 @@ def _token_span(tokenizer: Any, token_id: int, kind: str) -> str:
 
 def _round_row(view: RoundView, number: int, tokenizer: Any) -> str:
     # accepted drafts, the first rejected one, the target's token in its place, then the discarded rest
-    spans = [_token_span(tokenizer, token_id, "accepted") for token_id in view.draft[: view.accepted]]
-    spans += [_token_span(tokenizer, token_id, "rejected") for token_id in view.draft[view.accepted : view.accepted + 1]]
+    draft, accepted = view.record.draft_tokens, view.record.accepted
+    spans = [_token_span(tokenizer, token_id, "accepted") for token_id in draft[:accepted]]
+    spans += [_token_span(tokenizer, token_id, "rejected") for token_id in draft[accepted : accepted + 1]]
     if view.target_token is not None:
         spans.append(_token_span(tokenizer, view.target_token, view.target_kind))
-    spans += [_token_span(tokenizer, token_id, "unchecked") for token_id in view.draft[view.accepted + 1 :]]
+    spans += [_token_span(tokenizer, token_id, "unchecked") for token_id in draft[accepted + 1 :]]
     if view.prefill:
         summary = "prefill: the prompt's forward, no draft"
-    elif not view.draft:
+    elif not draft:
         summary = "no draft"
     else:
-        summary = f"{view.accepted}/{len(view.draft)} accepted"
+        summary = f"{accepted}/{len(draft)} accepted"
     summary += f" → {plural(len(view.emitted), 'token')}"
     return (
         f'<div class="sd-round" style="margin:2px 0">'
