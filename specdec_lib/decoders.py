@@ -25,7 +25,7 @@ from .core.run import Settings
 from .core.sampling import GREEDY, SamplingConfig
 from .core.stopping import AUTO
 from .core.trees import TreeShape
-from .core.validation import check_count, check_input_ids
+from .core.validation import check_count, check_gamma, check_input_ids
 from .drafters.draft_model import DraftModelDrafter
 from .drafters.jacobi import JacobiDrafter
 from .drafters.prompt_lookup import PromptLookupDrafter
@@ -93,6 +93,7 @@ def speculative_generate(
     what was drafted. ``cache_kind``: the target's KV cache, ``"dynamic"`` or ``"preallocated"`` (sized to the
     generation); the tokens are the same. ``record_memory=True`` keeps the KV caches' peak bytes in
     ``trace.peak_kv_bytes`` (``"target"``, and ``"draft"`` for drafters exposing a ``cache``)."""
+    check_gamma(gamma)
     settings = Settings(max_new_tokens, gamma=gamma, sampling=sampling, verification=verification,
                         lenience=lenience, cache_kind=cache_kind)
     name = getattr(drafter, "name", type(drafter).__name__)
@@ -138,6 +139,7 @@ def jacobi_generate(
     engine with the model's own last forward as the drafter, ``gamma`` guesses a round (its draft length). Token-identical to
     ``autoregressive_generate(model, input_ids, ...)``; each round's guesses count as ``drafted`` and the converged
     ones as ``accepted``, with no draft forwards."""
+    check_gamma(gamma)
     settings = Settings(max_new_tokens, gamma=gamma)
     return generate(model, JacobiDrafter(), _one_row(input_ids), settings, eos_token_id=eos_token_id,
                     method=f"jacobi[gamma={gamma}]")
@@ -194,6 +196,7 @@ def batched_speculative_generate(
     ``verification`` and ``lenience`` as in `speculative_generate`. ``disable_by_batch_size=N`` (vLLM's): while more than N rows are active, rounds draft nothing and are plain
     batched steps. Greedy: every row is token-identical to the target alone on its prompt; sampling: distributed
     like it."""
+    check_gamma(gamma)
     drafter = batch_drafter(drafter)
     settings = Settings(max_new_tokens, gamma=gamma, sampling=sampling, verification=verification, lenience=lenience,
                         disable_by_batch_size=disable_by_batch_size)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedModel
 
-from .drafting import Context, Draft, Drafter, TargetAlone, TargetOutput
+from .drafting import Context, Draft, Drafter, TargetOutput
 from .errors import ConfigError
 from .recording import Recorder
 from .result import GenerationResult
@@ -35,7 +35,7 @@ from .sampling import GREEDY, SamplingConfig, check_sampling, make_generator
 from .stopping import stop_token_ids
 from .trace import RoundRecord
 from .trees import TreeShape, check_parents, node_depths
-from .validation import (check_count, check_drafter, check_gamma, check_prompts, check_same_device, context_length,
+from .validation import (check_count, check_drafter, check_prompts, check_same_device, context_length,
                          is_whole)
 from .verify import Verdict, check_probabilities
 
@@ -109,6 +109,7 @@ class Run:
         self.lengths = list(self.prompt_lengths)
         self.active = list(range(len(prompts)))
         self.target_forwards = 0  # run so far: one per round
+        self.fed = 0  # the first active row's committed tokens in the last verification input (`step_input`)
         self.rounds: dict[int, RoundRecord] = {}  # row -> what it did in the last forward (the recorder times it)
         self.path: tuple[int, ...] | None = None  # the accepted path of the last tree round
         self.path_slots: tuple[int, list[int]] | None = None  # its cache slots, and the slot they move to
@@ -122,8 +123,6 @@ class Run:
         prompts = check_prompts(target, prompts, settings.max_new_tokens)
         check_drafter(drafter, batch=len(prompts), tree=settings.tree is not None)
         check_same_device(target.device, getattr(drafter, "device", None))
-        if settings.tree is None and not isinstance(drafter, TargetAlone):
-            check_gamma(settings.gamma)
         if settings.cache_kind != "dynamic" and len(prompts) > 1:
             raise ConfigError(f"A {settings.cache_kind!r} cache holds one row; use cache_kind='dynamic' for a "
                               f"batch of {len(prompts)}.")
@@ -212,6 +211,7 @@ class Run:
         clamped to the target's vocabulary (`check_draft_ids` refuses them at the commit)."""
         fresh = [self.tokens[row, 0 if self.first_round else self.lengths[row] - 1 : self.lengths[row]]
                  for row in self.active]
+        self.fed = fresh[0].shape[0]
         drafts = draft.tokens.clamp(0, self.readable_ids - 1)  # [B, K]
         width = drafts.shape[1]
         if self.batch == 1:
@@ -268,10 +268,8 @@ class Run:
         """What the drafter may read of this round's forward (`TargetOutput`): the first row's logits ``[1 + K,
         V]`` and its hidden states at the inputs the cache keeps (the committed ones fed this round, then the
         accepted drafts)."""
-        row = self.active[0]
-        done = self.rounds[row]
-        committed = self.prompt_lengths[row] if self.target_forwards == 1 else 1  # fed before the drafts
-        return TargetOutput(logits[0], None if states is None else states[0, : committed + done.accepted], done.accepted)
+        done = self.rounds[self.active[0]]
+        return TargetOutput(logits[0], None if states is None else states[0, : self.fed + done.accepted], done.accepted)
 
     def retire(self, finished: list[bool], *states) -> None:
         """Drop the finished rows from `active` and from every state holding rows (a `CachedRows`, a drafter)."""
