@@ -10,7 +10,7 @@ hooks, each with a default that does nothing:
     drafter.begin(context, max_length=N, target_vocab_size=V)    once per generation, before the first round
     verifier = drafter.verifier(rows)                            who runs the verification forward (default: the
                                                                  target's own `CachedRows`)
-    draft = drafter.propose(context, sampling, generator)        each round: up to context.budget[b] tokens per row
+    draft = drafter.propose(context, sampling, generator)        each round: up to context.row_k[b] tokens per row
     drafter.observe(output)                                      each round: what the target's forward computed
     drafter.accept(context)                                      each round: context.lengths are the committed lengths
     drafter.select(rows)                                         rows leaving the batch (batch drafters)
@@ -54,14 +54,15 @@ class Context:
     """What a drafter sees of the B rows it drafts for.
 
     ``tokens: LongTensor[B, capacity]``: row b's committed tokens are ``tokens[b, :lengths[b]]`` (the engine's
-    buffer, on the target's device: read it, never write it); ``budget[b]``: the most tokens row b may draft this
-    round (0: nothing); ``tree``: the token tree to draft (one row; None: a chain), already cut to the budget;
+    buffer, on the target's device: read it, never write it); ``row_k[b]``: k for row b, the most tokens it may draft
+    this round (``min(gamma, tokens left - 1)``; 0: nothing); ``tree``: the token tree to draft (one row; None: a
+    chain), already cut to that depth;
     ``path``: in `accept` after a tree round, the accepted nodes (None otherwise).
     """
 
     tokens: torch.Tensor
     lengths: list[int]
-    budget: list[int]
+    row_k: list[int]
     tree: TreeShape | None = None
     path: tuple[int, ...] | None = None
 
@@ -71,8 +72,9 @@ class Context:
 
     @property
     def drafting(self) -> bool:
-        """Whether any row may draft this round (near the budget's end, or above ``disable_by_batch_size``, none may)."""
-        return max(self.budget, default=0) > 0
+        """Whether any row may draft this round (with one token left to emit, or above ``disable_by_batch_size``,
+        none may)."""
+        return max(self.row_k, default=0) > 0
 
     def row(self, b: int) -> torch.Tensor:
         """``LongTensor[L_b]``: row b's committed tokens (a view)."""
@@ -86,14 +88,14 @@ class Context:
 
     @property
     def k(self) -> int:
-        """The budget of the only row."""
+        """k of the only row: the most tokens it may draft this round."""
         self._require_one_row("k")
-        return self.budget[0]
+        return self.row_k[0]
 
     def _require_one_row(self, what: str) -> None:
         if self.batch != 1:
             raise ConfigError(f"context.{what} is the one row of a batch of one; this batch has {self.batch} rows "
-                              "(read context.row(b) and context.budget[b]).")
+                              "(read context.row(b) and context.row_k[b]).")
 
     @classmethod
     def of(cls, sequence: torch.Tensor, k: int = 0, tree: TreeShape | None = None) -> "Context":
@@ -110,7 +112,7 @@ class Draft:
 
     ``tokens: LongTensor[B, K]`` (a drafter for one row may give ``[K]``, stored as ``[1, K]``): row b's draft is
     ``tokens[b, :lengths[b]]`` (`row`);
-    ``lengths``: k'_b <= ``context.budget[b]`` per row (None: K each; ``k' = 0`` is allowed: nothing to propose);
+    ``lengths``: k'_b <= ``context.row_k[b]`` per row (None: K each; ``k' = 0`` is allowed: nothing to propose);
     ``probs: FloatTensor[B, K, V]`` (or ``[K, V]``) | None: the distribution over the target's V ids each token was
     drawn from (None: point masses, a greedy draft or a copy); ``forwards``: the drafter's model forwards this round
     (0 for drafters without a model); ``parents``: for a token tree (one row), node i's parent, -1 for the root (the
@@ -175,7 +177,7 @@ class Drafter(ABC):
 
     @abstractmethod
     def propose(self, context: Context, sampling: SamplingConfig, generator: torch.Generator | None) -> Draft:
-        """Up to ``context.budget[b]`` tokens continuing each row (or a tree of ``context.tree``). Greedy
+        """Up to ``context.row_k[b]`` tokens continuing each row (or a tree of ``context.tree``). Greedy
         ``sampling``: argmax tokens with ``probs=None``; otherwise draw each token with ``generator`` from
         ``logits_to_probs(logits, sampling)`` and return exactly those rows as ``probs`` (`sampling.draw` does both).
         A drafter with nothing to draft from yet (the first round, for one that reads the target) returns
@@ -195,7 +197,7 @@ class Drafter(ABC):
 
 class TargetAlone(Drafter):
     """The target by itself: a drafter that proposes nothing, so that every round is one ordinary target step (the
-    engine asks it for no tokens: its budget is 0)."""
+    engine asks it for no tokens: its k is 0)."""
 
     name = "target-alone"
     batches = True

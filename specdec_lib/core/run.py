@@ -1,11 +1,11 @@
 """The bookkeeping of one generation, so that the round engine holds nothing but the algorithm.
 
-`Settings` is what the caller asked for (draft length, budget, sampling, verification, tree, cache), checked once.
+`Settings` is what the caller asked for (draft length, token budget, sampling, verification, tree, cache), checked once.
 `Run` holds, for the B rows of one generation:
 
     tokens     LongTensor[B0, capacity] on the target's device: row r's committed tokens are tokens[r, :lengths[r]]
     active     the rows still generating, in the order of the caches' batch dimension (rows keep their index r)
-    budgets    per active row, how many tokens it may draft this round: k_b = min(gamma, remaining_b - 1,
+    row_k      per active row, how many tokens it may draft this round: k_b = min(gamma, remaining_b - 1,
                positions left in the target's context); a token tree is cut to that depth (and drafted from the
                second round: the first reads the prompts)
     step_input the verification forward's input: what the target's cache lacks of each row (the prompt in the
@@ -142,7 +142,7 @@ class Run:
         """Whether no target forward has run yet (the target's cache is empty: this round reads the prompts)."""
         return self.target_forwards == 0
 
-    def _budget(self, row: int) -> int:
+    def _k(self, row: int) -> int:
         """k for ``row`` this round: drafts + the target's own token fit in what is left of max_new_tokens, and the
         last draft's position stays inside the target's context."""
         settings = self.settings
@@ -155,14 +155,14 @@ class Run:
         return max(0, min(depth, settings.max_new_tokens - generated - 1, self.max_positions - self.lengths[row]))
 
     def context(self, path: tuple[int, ...] | None = None) -> Context:
-        """What the drafter sees of the active rows, with this round's budgets (``path``: for `accept`)."""
+        """What the drafter sees of the active rows, with this round's k per row (``path``: for `accept`)."""
         everyone = self.active == list(range(self.tokens.shape[0]))
         tokens = self.tokens if everyone else self.tokens[self.active]
-        budget = [self._budget(row) for row in self.active]
+        row_k = [self._k(row) for row in self.active]
         tree = self.settings.tree
-        if tree is not None and budget[0] > 0:
-            tree = TreeShape(tree.branching[: budget[0]])
-        return Context(tokens, [self.lengths[row] for row in self.active], budget, tree, path)
+        if tree is not None and row_k[0] > 0:
+            tree = TreeShape(tree.branching[: row_k[0]])
+        return Context(tokens, [self.lengths[row] for row in self.active], row_k, tree, path)
 
     def checked(self, draft: object, context: Context) -> Draft:
         """``draft`` as ``[B, K]`` tensors on the target's device, after refusing anything malformed with a message
@@ -180,13 +180,13 @@ class Run:
         width = tokens.shape[1]
         lengths = [width] * self.batch if draft.lengths is None else list(draft.lengths)
         if draft.parents is not None:  # node_depths refuses parents that are not a tree
-            if len(draft.parents) != width or max(node_depths(draft.parents), default=0) > context.budget[0]:
+            if len(draft.parents) != width or max(node_depths(draft.parents), default=0) > context.row_k[0]:
                 raise ConfigError(f"A token tree of {len(draft.parents)} parents must come with as many tokens (got "
-                                  f"{width}) and stay within the depth asked for ({context.budget[0]}).")
+                                  f"{width}) and stay within the depth asked for ({context.row_k[0]}).")
         elif len(lengths) != self.batch or any(not is_whole(n) or not 0 <= n <= min(k, width)
-                                               for n, k in zip(lengths, context.budget)):
+                                               for n, k in zip(lengths, context.row_k)):
             raise ConfigError(f"The drafter proposed {lengths} tokens per row but was asked for at most "
-                              f"{context.budget} (its tokens are {width} wide).")
+                              f"{context.row_k} (its tokens are {width} wide).")
         if probs is not None and tuple(probs.shape) != (self.batch, width, self.target_vocab):
             raise ConfigError(f"Draft.probs must have shape [B, K, V] = [{self.batch}, {width}, {self.target_vocab}] "
                               f"(one distribution over the target's ids per token) or be None, got {list(probs.shape)}.")
@@ -200,7 +200,7 @@ class Run:
                      draft.parents)
 
     def nothing(self) -> Draft:
-        """The draft of a round in which no row may draft (the target alone, or the budget's end)."""
+        """The draft of a round in which no row may draft (the target alone, or one token left to emit)."""
         return Draft.empty(self.batch, self.device)
 
     def step_input(self, draft: Draft) -> tuple[torch.Tensor, torch.Tensor | None, int]:

@@ -117,7 +117,7 @@ class DraftModelDrafter(Drafter):
 
     @torch.inference_mode()
     def propose(self, context: Context, sampling: SamplingConfig, generator: torch.Generator | None) -> Draft:
-        """Up to ``context.budget[b]`` tokens per row, argmax (greedy, ``probs=None``) or drawn from
+        """Up to ``context.row_k[b]`` tokens per row, argmax (greedy, ``probs=None``) or drawn from
         ``logits_to_probs(logits, sampling)`` (those rows, over the target's ids, are ``probs``); or a tree of
         ``context.tree``. Fewer when the ``stop_rule`` ends a row early (after the token whose confidence made it
         stop: one number read back per drafted token) or the draft model's own context would overflow."""
@@ -127,7 +127,7 @@ class DraftModelDrafter(Drafter):
             sampling = GREEDY
         pending = self.state.sync(context, check_ids=self._check_ids)
         # feeding the pending tokens then k - 1 drafts uses positions up to L + k - 2 < max_positions
-        ks = [max(0, min(k, self.max_positions - length + 1)) for k, length in zip(context.budget, context.lengths)]
+        ks = [max(0, min(k, self.max_positions - length + 1)) for k, length in zip(context.row_k, context.lengths)]
         width = max(ks)
         if width == 0:
             return Draft.empty(context.batch, self.device)

@@ -134,7 +134,7 @@ class PromptLookupDrafter(Drafter):
         `find_continuation`); an empty row when nothing recurs. ``sampling`` and ``generator`` are unused: the copy
         is the same whatever the temperature, and verification treats it as a point mass."""
         copies = [_continuation(context.row(b).tolist(), k, self.min_ngram, self.max_ngram, self.rule)
-                  for b, k in enumerate(context.budget)]
+                  for b, k in enumerate(context.row_k)]
         tokens = torch.full((len(copies), max(map(len, copies))), PAD_ID, dtype=torch.long)
         for b, copy in enumerate(copies):
             tokens[b, : len(copy)] = torch.tensor(copy, dtype=torch.long)

@@ -111,7 +111,7 @@ class HeuristicSchedule(WrappedDrafter):
     def propose(self, context: Context, sampling: SamplingConfig, generator: torch.Generator | None) -> Draft:
         if self.length is None:
             self.length = context.k
-        capped = replace(context, budget=[min(context.k, self.length)])
+        capped = replace(context, row_k=[min(context.k, self.length)])
         draft = self.inner.propose(capped, sampling, generator)
         self._proposed_at, self._drafted = context.lengths[0], len(draft)
         self.lengths.append(len(draft))
