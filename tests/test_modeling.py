@@ -100,6 +100,29 @@ def test_context_checks(tiny_llama):
         check_fits_context(tiny_llama, 100, 29)
 
 
+def test_ragged_rows_read_their_own_positions(tiny_llama, prompt_ids):
+    """Two rows in one cache, the shorter left-padded and a hole between its prompt and its next token: each row's
+    logits are those of the row alone (positions count real slots, no real token reads a hole)."""
+    short = prompt_ids[:, 3:]  # 4 tokens
+    ids = torch.cat([prompt_ids, torch.cat([torch.zeros(1, 3, dtype=torch.long), short], dim=1)])  # [2, 7]
+    real = torch.ones(2, 7, dtype=torch.bool)
+    real[1, :3] = False
+    cache = new_cache(tiny_llama)
+    with torch.no_grad():
+        first = forward_with_cache(tiny_llama, ids, cache, logits_to_keep=1, attention_mask=real)
+        step = torch.tensor([[9, 0], [11, 9]])  # row 0 one token then a hole; row 1 a hole then one token
+        real = torch.cat([real, torch.tensor([[True, False], [False, True]])], dim=1)
+        second = forward_with_cache(tiny_llama, step, cache, attention_mask=real)
+    torch.testing.assert_close(first[0, -1], full_logits(tiny_llama, prompt_ids)[0, -1])
+    torch.testing.assert_close(first[1, -1], full_logits(tiny_llama, short)[0, -1])
+    torch.testing.assert_close(second[0, 0], full_logits(tiny_llama, torch.cat([prompt_ids, step[:1, :1]], 1))[0, -1])
+    torch.testing.assert_close(second[1, 1], full_logits(tiny_llama, torch.cat([short, step[1:, 1:]], 1))[0, -1])
+    with pytest.raises(ConfigError, match=r"attention_mask must be \[B, S \+ T\] = \[2, 10\]"):
+        forward_with_cache(tiny_llama, step[:, :1], cache, attention_mask=real)
+    with pytest.raises(InputError, match=r"torch.LongTensor \[B, T\]"):
+        forward_with_cache(tiny_llama, torch.tensor([1, 2]), cache)
+
+
 def test_forward_past_context_is_refused(tiny_llama):
     cache = new_cache(tiny_llama)
     with torch.no_grad():

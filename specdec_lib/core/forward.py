@@ -166,7 +166,9 @@ def forward_with_cache(
             f"of {limit}. Shorten the prompt or generate fewer tokens."
         )
     if positions is None:  # a chain: every row's next positions, a view of 0 .. limit - 1
-        positions = _counting(limit, device)[None, past : past + width].expand(batch, width)
+        positions = _counting(limit, device)[None, past : past + width]
+        if batch > 1:
+            positions = positions.expand(batch, width)
 
     keywords = forward_keywords(type(unwrap_compiled(model)))
     kwargs: dict[str, object] = {"position_ids": positions, "use_cache": cache is not None}

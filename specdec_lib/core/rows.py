@@ -110,7 +110,7 @@ class CachedRows:
             self.fed = torch.cat([self.fed, input_ids], dim=1)
             logits, states = self._run(self.fed, logits_to_keep=logits_to_keep or width, hidden=hidden)
             return logits, None if states is None else states[:, -width:]
-        if (self.slots == 0 and batch > 1 and valid is None and tree_parents is None and rows_repeatable(self.cache)
+        if (batch > 1 and self.slots == 0 and valid is None and tree_parents is None and rows_repeatable(self.cache)
                 and bool((input_ids == input_ids[:1]).all())):
             return self._prefill_once(input_ids, logits_to_keep, hidden)
         if self.mask is not None or (valid is not None and not bool(valid.all())):  # some slot is a hole
