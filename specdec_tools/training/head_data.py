@@ -39,8 +39,8 @@ TARGET_TEXT_BATCH = 128  # continuations generated together (the family's batch 
 def target_features(target: PreTrainedModel, windows: torch.Tensor, batch: int = 8,
                     layers: tuple[int, ...] = LAST_HIDDEN) -> torch.Tensor:
     """The target's hidden states ``[W, T, H * D]`` (float32) at the first T tokens of ``windows: LongTensor[W, T +
-    1]``, those of the H ``layers`` side by side (`forward_with_cache`'s ``hidden`` indices; default: the post-norm last layer, the LM
-    head's input), ``batch`` windows a forward.
+    1]``, those of the H ``layers`` side by side (`forward_with_cache`'s ``hidden`` indices; default: the post-norm
+    last layer, the LM head's input), ``batch`` windows a forward.
 
     Computed under ``inference_mode`` (no graph through the target), returned as an ordinary tensor that the
     small modules' training graphs may save."""
