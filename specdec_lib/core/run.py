@@ -34,7 +34,7 @@ from .rows import PAD_ID, ROW_KINDS, left_pad
 from .sampling import GREEDY, SamplingConfig, check_sampling, make_generator
 from .stopping import stop_token_ids
 from .trace import RoundRecord
-from .trees import TreeShape, check_parents, node_depths
+from .trees import TreeShape, node_depths
 from .validation import (check_count, check_drafter, check_prompts, check_same_device, context_length,
                          is_whole)
 from .verify import Verdict, check_probabilities
@@ -109,7 +109,7 @@ class Run:
         self.lengths = list(self.prompt_lengths)
         self.active = list(range(len(prompts)))
         self.target_forwards = 0  # run so far: one per round
-        self.fed = 0  # the first active row's committed tokens in the last verification input (`step_input`)
+        self.fed_committed = 0  # the first active row's committed tokens in the last verification input
         self.rounds: dict[int, RoundRecord] = {}  # row -> what it did in the last forward (the recorder times it)
         self.path: tuple[int, ...] | None = None  # the accepted path of the last tree round
         self.path_slots: tuple[int, list[int]] | None = None  # its cache slots, and the slot they move to
@@ -211,15 +211,15 @@ class Run:
         clamped to the target's vocabulary (`check_draft_ids` refuses them at the commit)."""
         fresh = [self.tokens[row, 0 if self.first_round else self.lengths[row] - 1 : self.lengths[row]]
                  for row in self.active]
-        self.fed = fresh[0].shape[0]
+        self.fed_committed = fresh[0].shape[0]  # read by `target_output`
         drafts = draft.tokens.clamp(0, self.readable_ids - 1)  # [B, K]
         width = drafts.shape[1]
         if self.batch == 1:
             return torch.cat([fresh[0], drafts[0, : draft.lengths[0]]])[None], None, 1 + draft.lengths[0]
         committed, real = left_pad(fresh)  # [B, C], [B, C] | None
-        drafted = torch.arange(width, device=self.device) < torch.tensor(draft.lengths, device=self.device)[:, None]
-        if real is None and bool(drafted.all()):
+        if real is None and all(n == width for n in draft.lengths):  # host lengths: no device read-back
             return torch.cat([committed, drafts], dim=1), None, 1 + width
+        drafted = torch.arange(width, device=self.device) < torch.tensor(draft.lengths, device=self.device)[:, None]
         real = torch.ones_like(committed, dtype=torch.bool) if real is None else real
         valid = torch.cat([real, drafted], dim=1)  # [B, C + K]
         return torch.cat([committed, drafts], dim=1).masked_fill(~valid, PAD_ID), valid, 1 + width
@@ -269,7 +269,7 @@ class Run:
         V]`` and its hidden states at the inputs the cache keeps (the committed ones fed this round, then the
         accepted drafts)."""
         done = self.rounds[self.active[0]]
-        return TargetOutput(logits[0], None if states is None else states[0, : self.fed + done.accepted], done.accepted)
+        return TargetOutput(logits[0], None if states is None else states[0, : self.fed_committed + done.accepted], done.accepted)
 
     def retire(self, finished: list[bool], *states) -> None:
         """Drop the finished rows from `active` and from every state holding rows (a `CachedRows`, a drafter)."""
