@@ -24,7 +24,7 @@ from .decoders import (autoregressive_generate, batched_autoregressive_generate,
 # verification: greedy, exact (rejection sampling), block, relaxed (NOT exact), trees; and the statistics that check it
 from .core.verify import Verdict, acceptance_probability, residual_distribution, verify_exact, verify_greedy, verify_relaxed
 from .core.block_verify import BlockThresholds, block_thresholds, verify_block
-from .core.trees import TreeShape, verify_tree_exact, verify_tree_greedy
+from .core.trees import DynamicTree, TreeShape, verify_tree_exact, verify_tree_greedy
 # floating point: tell a fork at a near-tie of the target's top logits from a bug (exact in float32, near-exact in
 # bfloat16 and float16), and replay a generation's verification forwards
 from .core.forks import ForkReport, assert_same_greedy, explain_fork, replay_verification

@@ -24,7 +24,7 @@ from .core.result import GenerationResult
 from .core.run import Settings
 from .core.sampling import GREEDY, SamplingConfig
 from .core.stopping import AUTO
-from .core.trees import TreeShape
+from .core.trees import DynamicTree, TreeShape, check_tree_kind
 from .core.validation import check_count, check_gamma, check_input_ids
 from .drafters.draft_model import DraftModelDrafter
 from .drafters.jacobi import JacobiDrafter
@@ -106,7 +106,7 @@ def tree_speculative_generate(
     drafter: Drafter,
     input_ids: torch.Tensor,
     *,
-    shape: TreeShape,
+    shape: TreeShape | DynamicTree,
     max_new_tokens: int,
     sampling: SamplingConfig = GREEDY,
     eos_token_id: int | Sequence[int] | str | None = AUTO,
@@ -115,12 +115,12 @@ def tree_speculative_generate(
 ) -> GenerationResult:
     """Speculative decoding with token trees: each round ``drafter`` proposes a tree of ``shape`` (cut to fewer
     depths near the end of the budget or the context) and the target verifies every branch in one forward, with
-    the tree's positions and attention mask; the accepted path is kept (`specdec_lib.core.trees`). A chain-shaped
-    tree, ``TreeShape((1,) * k)``, is verified as the chain it is. Greedy output is token-identical to the target
+    the tree's positions and attention mask; the accepted path is kept (`specdec_lib.core.trees`). ``shape``: a
+    static `TreeShape`, or a `DynamicTree` the drafter grows each round by its own confidence (EAGLE-2). A
+    chain-shaped tree, ``TreeShape((1,) * k)``, is verified as the chain it is. Greedy output is token-identical to the target
     alone; with sampling, verifying the (deterministic) candidates as point masses keeps the target's distribution.
     The trace's ``drafted`` counts a tree's nodes."""
-    if not isinstance(shape, TreeShape):
-        raise ConfigError(f"shape must be a TreeShape, e.g. TreeShape((3, 2, 1)), got {type(shape).__name__}.")
+    check_tree_kind(shape)
     settings = Settings(max_new_tokens, gamma=shape.depth, sampling=sampling, tree=shape, cache_kind=cache_kind)
     name = getattr(drafter, "name", type(drafter).__name__)
     return generate(target, drafter, _one_row(input_ids), settings, seed=seed, eos_token_id=eos_token_id,

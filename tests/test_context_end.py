@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from helpers import TINY_CONTEXT, greedy_tokens
-from specdec_lib import (DraftModelDrafter, EarlyExitDrafter, PromptLookupDrafter, TreeShape,
+from specdec_lib import (DraftModelDrafter, DynamicTree, EarlyExitDrafter, PromptLookupDrafter, TreeShape,
                          batched_autoregressive_generate, batched_speculative_generate, jacobi_generate,
                          speculative_generate, tree_speculative_generate)
 
@@ -34,15 +34,18 @@ def test_a_chain_fills_the_context(models, gamma):
         assert result.sequence.shape[1] == TINY_CONTEXT
 
 
-@pytest.mark.parametrize("branching", [(4, 4), (3, 2, 2), (1, 1, 1, 1)])
+@pytest.mark.parametrize("shape", [TreeShape((4, 4)), TreeShape((3, 2, 2)), TreeShape((1, 1, 1, 1)),
+                                   DynamicTree(depth=4, top_k=3, budget=12), DynamicTree(depth=6, top_k=4, budget=20)],
+                         ids=str)
 @pytest.mark.parametrize("cache_kind", ["dynamic", "preallocated"])
-def test_a_token_tree_fills_the_context(models, branching, cache_kind):
-    """A (4, 4) tree has 20 nodes: its forward writes 21 slots, more than the positions left at the end."""
+def test_a_token_tree_fills_the_context(models, shape, cache_kind):
+    """A (4, 4) tree has 20 nodes: its forward writes 21 slots, more than the positions left at the end; a dynamic
+    tree of budget 20 likewise, and its drafter's cache holds the 20 nodes it expanded besides."""
     target, draft, expected = models
-    result = tree_speculative_generate(target, DraftModelDrafter(draft), PROMPT, shape=TreeShape(branching),
+    result = tree_speculative_generate(target, DraftModelDrafter(draft), PROMPT, shape=shape,
                                        max_new_tokens=NEW_TOKENS, eos_token_id=None, cache_kind=cache_kind)
     assert result.new_token_list == expected
-    assert any(record.drafted > len(branching) for record in result.trace.rounds) or branching == (1, 1, 1, 1)
+    assert any(record.drafted > shape.depth for record in result.trace.rounds) or shape.is_chain
 
 
 def test_jacobi_fills_the_context(models):

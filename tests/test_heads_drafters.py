@@ -37,8 +37,8 @@ from helpers import (
     speculative_samples,
 )
 from specdec_lib.core.drafting import TargetOutput, Context
-from specdec_lib import (EagleDrafter, HeadsDrafter, autoregressive_generate, load_eagle, load_heads, load_prompts,
-                         speculative_generate)
+from specdec_lib import (DynamicTree, EagleDrafter, HeadsDrafter, TreeShape, autoregressive_generate, load_eagle,
+                         load_heads, load_prompts, speculative_generate, tree_speculative_generate)
 from specdec_lib.drafters import EagleModule, MedusaHeads
 from specdec_lib.drafters.eagle import default_eagle_folder, eagle3_folder, eagle_architecture
 from specdec_lib.drafters.eagle_runner import EagleRunner
@@ -176,6 +176,25 @@ def test_the_draft_time_runner_refuses_positions_past_its_storage(tiny_target, t
         runner.forward(torch.zeros(3, width), torch.zeros(3, dtype=torch.long))
     with pytest.raises(ContextOverflowError, match="positions"):
         EagleRunner(tiny_modules["eagle"]["random"], TINY_CONTEXT + 1)
+
+
+TREE_SHAPES = [TreeShape((2, 2, 1)), TreeShape((1, 1, 1)), DynamicTree(3, 2, 5), DynamicTree(6, 4, 20)]
+
+
+@pytest.mark.parametrize("kind", ["eagle", "eagle3"])
+@pytest.mark.parametrize("shape", TREE_SHAPES, ids=str)
+def test_tiny_eagle_trees_are_token_identical(tiny_target, tiny_modules, expected_greedy, kind, shape):
+    """EAGLE layers draft static and dynamic trees: each depth's expanded nodes fed in one tree forward of the
+    layer, then every drafted pair dropped; the output stays the target's at every length."""
+    for weights in ("random", "trained"):
+        drafter = make_drafter(kind, tiny_modules[kind][weights], tiny_target)
+        for i, prompt in enumerate((PROMPT, OTHER_PROMPT)):
+            for new_tokens, eos in LENGTHS:
+                result = tree_speculative_generate(tiny_target, drafter, prompt, shape=shape,
+                                                   max_new_tokens=new_tokens, eos_token_id=eos)
+                assert result.new_token_list == expected_greedy[i, new_tokens, eos], (weights, new_tokens)
+        if weights == "trained":  # the trees were verified past their first depth
+            assert any(r.accepted > 1 for r in result.trace.rounds), shape
 
 
 def test_trained_tiny_drafters_are_accepted_and_rejected(tiny_target, tiny_modules):

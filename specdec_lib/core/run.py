@@ -34,7 +34,7 @@ from .rows import PAD_ID, ROW_KINDS, left_pad
 from .sampling import GREEDY, SamplingConfig, check_sampling, make_generator
 from .stopping import stop_token_ids
 from .trace import RoundRecord
-from .trees import TreeShape, node_depths
+from .trees import DynamicTree, TreeShape, check_tree_kind, node_depths
 from .validation import (check_count, check_drafter, check_prompts, check_same_device, context_length,
                          is_whole)
 from .verify import Verdict, check_probabilities
@@ -44,9 +44,10 @@ from .verify import Verdict, check_probabilities
 class Settings:
     """How to decode. ``gamma``: the most drafts per round (0: no drafter, the target alone); ``max_new_tokens``: the
     budget per row; ``sampling``: greedy or the processing p and q share; ``verification``: ``"exact"``, ``"block"``
-    or ``"relaxed"`` (with ``lenience``; NOT distribution-preserving); ``tree``: draft a token tree of this shape
-    (one row); ``cache_kind``: the target's KV cache (``"dynamic"``, ``"preallocated"``, or ``"none"``: no cache,
-    every forward re-reads the whole sequence); ``disable_by_batch_size``: draft only while at most that many rows
+    or ``"relaxed"`` (with ``lenience``; NOT distribution-preserving); ``tree``: draft a token tree of this shape,
+    static (`TreeShape`) or grown by the drafter's confidence (`DynamicTree`), one row; ``cache_kind``: the
+    target's KV cache (``"dynamic"``, ``"preallocated"``, or ``"none"``: no cache, every forward re-reads the whole
+    sequence); ``disable_by_batch_size``: draft only while at most that many rows
     are active (None: always)."""
 
     max_new_tokens: int
@@ -54,7 +55,7 @@ class Settings:
     sampling: SamplingConfig = GREEDY
     verification: str = "exact"
     lenience: float | None = None
-    tree: TreeShape | None = None
+    tree: TreeShape | DynamicTree | None = None
     cache_kind: str = "dynamic"
     disable_by_batch_size: int | None = None
 
@@ -63,8 +64,7 @@ class Settings:
         check_count("gamma (the number of draft tokens per round)", self.gamma, minimum=0,
                     hint="Typical values are 2 to 8; use autoregressive_generate for plain decoding.")
         check_sampling(self.sampling, self.verification, self.lenience)
-        if self.tree is not None and not isinstance(self.tree, TreeShape):
-            raise ConfigError(f"shape must be a TreeShape, e.g. TreeShape((3, 2, 1)), got {type(self.tree).__name__}.")
+        check_tree_kind(self.tree)
         if self.cache_kind not in ROW_KINDS:
             raise ConfigError(f"cache kind must be one of {ROW_KINDS}, got {self.cache_kind!r}.")
         if self.disable_by_batch_size is not None:
@@ -99,7 +99,7 @@ class Run:
         self.target_vocab = target.get_output_embeddings().out_features  # V: the width of p and q
         # the ids it can both read (its embedding table) and score (its logits): a draft's ids must lie below
         self.readable_ids = min(target.get_input_embeddings().num_embeddings, self.target_vocab)
-        width = settings.tree.size if settings.tree is not None else settings.gamma  # slots one round may add
+        width = settings.tree.slots if settings.tree is not None else settings.gamma  # slots one round may add
         longest = max(self.prompt_lengths) + settings.max_new_tokens
         self.max_length = min(longest + width + 1, self.max_positions)  # positions a row reaches (drafters size by it)
         self.cache_slots = longest + width + 1  # slots the target's cache may hold (a tree takes more than positions)
@@ -161,7 +161,7 @@ class Run:
         row_k = [self._k(row) for row in self.active]
         tree = self.settings.tree
         if tree is not None and row_k[0] > 0:
-            tree = TreeShape(tree.branching[: row_k[0]])
+            tree = tree.cut(row_k[0])
         return Context(tokens, [self.lengths[row] for row in self.active], row_k, tree, path)
 
     def checked(self, draft: object, context: Context) -> Draft:
@@ -269,7 +269,12 @@ class Run:
         V]`` and its hidden states at the inputs the cache keeps (the committed ones fed this round, then the
         accepted drafts)."""
         done = self.rounds[self.active[0]]
-        return TargetOutput(logits[0], None if states is None else states[0, : self.fed_committed + done.accepted], done.accepted)
+        if states is None:
+            return TargetOutput(logits[0], None, done.accepted)
+        if self.path is None:  # a chain: the committed inputs, then its first accepted drafts
+            return TargetOutput(logits[0], states[0, : self.fed_committed + done.accepted], done.accepted)
+        kept = list(range(self.fed_committed)) + [self.fed_committed + node for node in self.path]  # a tree's path
+        return TargetOutput(logits[0], states[0, kept], done.accepted)
 
     def retire(self, finished: list[bool], *states) -> None:
         """Drop the finished rows from `active` and from every state holding rows (a `CachedRows`, a drafter)."""

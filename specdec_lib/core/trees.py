@@ -72,6 +72,155 @@ class TreeShape:
     def size(self) -> int:
         return len(self.parents())
 
+    def cut(self, depth: int) -> "TreeShape":
+        """The same shape down to ``depth`` at most (near the end of the token budget or the context)."""
+        return TreeShape(self.branching[:depth])
+
+    @property
+    def is_chain(self) -> bool:
+        """Whether every node has one child: a chain of ``depth`` drafts."""
+        return all(b == 1 for b in self.branching)
+
+    @property
+    def slots(self) -> int:
+        """The most nodes a round places in a cache: the target's reads the whole tree."""
+        return self.size
+
+
+@dataclass(frozen=True)
+class DynamicTree:
+    """A tree grown by the drafter's confidence each round (EAGLE-2, Li et al. 2024), verified like any other.
+
+    A node's *score* is the drafter's cumulative log-probability of the path to it (``log q(d_1) + .. + log
+    q(d_i)``, q the drafter's softmax at temperature 1), the drafter's estimate of the chance that the target
+    accepts the whole path. `grow_tree` builds it level by level:
+
+    - depth 1: the root's ``top_k`` most likely children;
+    - depth d = 2 .. ``depth``: the ``top_k`` best-scored nodes of depth d - 1 are *expanded* (fed to the drafter,
+      all in one forward with the tree's attention mask), each offering its ``top_k`` most likely children, so
+      ``top_k ** 2`` candidates per depth;
+    - rerank: the ``budget`` best-scored nodes of all depths become the tree. A child never scores above its parent
+      (log q <= 0) and sorts after it on a tie, so the kept nodes always include their ancestors.
+
+    The drafter runs ``depth`` forwards (the root's, then one per expanded depth), like a chain of ``depth`` drafts;
+    the target verifies ``budget + 1`` rows. ``DynamicTree(depth=k, top_k=1, budget=k)`` is the greedy chain of k.
+    Choose the budget from the machine's verification cost curve v(n) (`best_budget`).
+    """
+
+    depth: int
+    top_k: int
+    budget: int
+
+    def __post_init__(self) -> None:
+        for name in ("depth", "top_k", "budget"):
+            value = getattr(self, name)
+            if not is_whole(value) or value < 1:
+                raise ConfigError(f"DynamicTree's {name} must be a whole number >= 1, got {value!r}. Example: "
+                                  "DynamicTree(depth=6, top_k=4, budget=24).")
+        if self.budget > self.candidates:
+            raise ConfigError(
+                f"DynamicTree(depth={self.depth}, top_k={self.top_k}) grows at most {self.candidates} candidate nodes "
+                f"(top_k at depth 1, top_k ** 2 at each deeper one), fewer than budget={self.budget}: lower the "
+                "budget or raise depth or top_k.")
+
+    @property
+    def candidates(self) -> int:
+        """Nodes grown before the rerank: ``top_k + (depth - 1) * top_k ** 2``."""
+        return self.top_k + (self.depth - 1) * self.top_k ** 2
+
+    @property
+    def size(self) -> int:
+        """The most nodes a round drafts (the target's verification reads ``size + 1`` rows)."""
+        return self.budget
+
+    def cut(self, depth: int) -> "DynamicTree":
+        """The same tree down to ``depth`` at most, its budget cut to what that depth can grow."""
+        depth = min(self.depth, depth)
+        return DynamicTree(depth, self.top_k, min(self.budget, self.top_k + (depth - 1) * self.top_k ** 2))
+
+    @property
+    def is_chain(self) -> bool:
+        """Whether it is the greedy chain of ``depth`` drafts (one child each, all kept)."""
+        return self.top_k == 1 and self.budget == self.depth
+
+    @property
+    def slots(self) -> int:
+        """The most nodes a round places in a cache: the target's reads ``budget``, the drafter's holds the
+        ``(depth - 1) * top_k`` nodes it expanded, which the rerank may drop."""
+        return max(self.budget, (self.depth - 1) * self.top_k)
+
+
+def check_tree_kind(shape: object) -> None:
+    """Refuse a tree shape that is neither a `TreeShape` nor a `DynamicTree` (None: no tree, passes)."""
+    if shape is not None and not isinstance(shape, (TreeShape, DynamicTree)):
+        raise ConfigError(f"shape must be a TreeShape, e.g. TreeShape((3, 2, 1)), or a DynamicTree, e.g. "
+                          f"DynamicTree(depth=6, top_k=4, budget=24); got {type(shape).__name__}.")
+
+
+@dataclass
+class GrownTree:
+    """A drafted tree: ``tokens: LongTensor[N]`` and ``parents`` (breadth first, -1: the root), ``fed[i]`` node i's
+    place among the nodes the drafter fed itself (in feeding order; -1: never fed), and the drafter ``forwards``."""
+
+    tokens: torch.Tensor
+    parents: tuple[int, ...]
+    fed: tuple[int, ...]
+    forwards: int
+
+
+def grow_tree(shape: "TreeShape | DynamicTree", root_logits: torch.Tensor, feed) -> GrownTree:
+    """Grow a tree of ``shape`` from the drafter's ``root_logits: [V]`` (its prediction after the root, the last
+    committed token), depth by depth.
+
+    ``feed(tokens: LongTensor[n], parents: tuple[int, ...], first: int) -> logits [n, V]`` runs the drafter's
+    forward over the n nodes it expands next. The nodes it has been fed form a tree of their own, listed in
+    feeding order: ``parents`` covers all of them so far (the new ones last; -1: the root) and ``first`` is the
+    first new one's place in ``[root, fed_0, fed_1, ..]``, as `tree_attention_mask` takes them. A `TreeShape`
+    expands every node of a depth into its ``branching[d]`` best children; a `DynamicTree` its ``top_k``
+    best-scored nodes into ``top_k`` children each, then keeps the ``budget`` best-scored nodes of all depths
+    (`DynamicTree`). Children are listed best first; the deepest depth is never fed.
+    """
+    dynamic = isinstance(shape, DynamicTree)
+    tokens: list[int] = []
+    parents: list[int] = []  # over the grown nodes
+    scores: list[float] = []
+    depths: list[int] = []
+    fed: dict[int, int] = {}  # grown node -> its place among the fed nodes
+    fed_parents: list[int] = []  # the fed nodes' tree (-1: the root)
+    expanding = [(-1, root_logits, 0.0)]  # (node, its logits [V], its score)
+    forwards = 1  # the caller's forward that gave root_logits
+    for depth in range(1, shape.depth + 1):
+        width = shape.top_k if dynamic else shape.branching[depth - 1]
+        level = []
+        for node, logits, score in expanding:
+            best = logits.topk(width)  # ranked by the logits: the same order as the probabilities
+            log_q = torch.log_softmax(logits.float(), dim=-1)[best.indices].tolist()
+            for token, value in zip(best.indices.tolist(), log_q):
+                level.append(len(tokens))
+                tokens.append(token)
+                parents.append(node)
+                scores.append(score + value)
+                depths.append(depth)
+        if depth == shape.depth:
+            break
+        chosen = sorted(level, key=lambda i: -scores[i])[: shape.top_k] if dynamic else level
+        chosen.sort()  # feeding order: grown order (breadth first)
+        first = 1 + len(fed_parents)
+        for node in chosen:
+            fed[node] = len(fed_parents)
+            fed_parents.append(-1 if parents[node] < 0 else fed[parents[node]])
+        logits = feed(torch.tensor([tokens[i] for i in chosen], device=root_logits.device), tuple(fed_parents), first)
+        forwards += 1
+        expanding = [(node, row, scores[node]) for node, row in zip(chosen, logits)]
+    kept = range(len(tokens))
+    if dynamic:  # the rerank: best score first, a parent before its child on a tie
+        kept = sorted(sorted(kept, key=lambda i: (-scores[i], depths[i], i))[: shape.budget],
+                      key=lambda i: (depths[i], i))
+    place = {node: index for index, node in enumerate(kept)}
+    return GrownTree(torch.tensor([tokens[i] for i in kept], dtype=torch.long, device=root_logits.device),
+                     tuple(-1 if parents[i] < 0 else place[parents[i]] for i in kept),
+                     tuple(fed.get(i, -1) for i in kept), forwards)
+
 
 def check_parents(parents: Sequence[int]) -> None:
     """Refuse parent lists that are not a breadth-first tree below the root (``-1 <= parents[i] < i``)."""

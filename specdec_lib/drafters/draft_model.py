@@ -27,7 +27,7 @@ from ..core.drafting import Context, Draft, Drafter
 from ..core.pair import ModelPair
 from ..core.errors import ConfigError
 from ..core.sampling import GREEDY, SamplingConfig, draw
-from ..core.trees import TreeShape
+from ..core.trees import grow_tree
 from ..core.validation import check_input_ids
 from ..core.vocab import require_same_tokenizer, require_vocab_covers
 from .cached_model import CachedModel
@@ -79,7 +79,7 @@ class DraftModelDrafter(Drafter):
         self.vocab_size = self.state.vocab_size
         self.target_vocab_size = self.vocab_size
         self._check_ids = True
-        self._tree_start, self._fed_nodes = 0, 0  # the committed length when the last tree was drafted; its fed nodes
+        self._tree_start, self._fed = 0, ()  # the committed length when the last tree was drafted; where its nodes were fed
 
     @classmethod
     def for_pair(cls, pair: ModelPair, **options) -> "DraftModelDrafter":
@@ -121,7 +121,7 @@ class DraftModelDrafter(Drafter):
         ``logits_to_probs(logits, sampling)`` (those rows, over the target's ids, are ``probs``); or a tree of
         ``context.tree``. Fewer when the ``stop_rule`` ends a row early (after the token whose confidence made it
         stop: one number read back per drafted token) or the draft model's own context would overflow."""
-        if context.tree is not None and any(b > 1 for b in context.tree.branching):
+        if context.tree is not None and not context.tree.is_chain:
             return self._propose_tree(context)
         if context.tree is not None:  # a chain-shaped tree: top-1 candidates, verified as point masses
             sampling = GREEDY
@@ -157,37 +157,26 @@ class DraftModelDrafter(Drafter):
         return Draft(torch.stack(tokens, dim=1), probs, forwards=drafted, lengths=lengths)
 
     def _propose_tree(self, context: Context) -> Draft:
-        """A tree of ``context.tree`` after the only row: ``shape.depth`` draft forwards (module docstring)."""
-        shape: TreeShape = context.tree
+        """A tree of ``context.tree`` after the only row (`grow_tree`): ``depth`` draft forwards, each over the nodes
+        of one depth it expands, after the cache's committed tokens (module docstring)."""
         pending = self.state.sync(context, check_ids=self._check_ids)
         self._tree_start = context.lengths[0]
         kept = min(self.vocab_size, self.target_vocab_size)
-        level_logits = self.state.feed(pending)[:, :kept]  # [1, V]: after the root
-        level_nodes = [-1]  # the parents of the next depth: the root
-        parents: list[int] = []
-        tokens: list[torch.Tensor] = []
-        forwards = 1
-        for depth, branching in enumerate(shape.branching):
-            candidates = level_logits.topk(branching, dim=-1).indices  # [nodes at this depth, b], best first
-            first_new = len(parents)
-            for parent, children in zip(level_nodes, candidates):
-                parents.extend([parent] * branching)
-                tokens.extend(children)
-            level_nodes = list(range(first_new, len(parents)))
-            if depth + 1 == shape.depth:
-                break  # the deepest nodes have no children to draft
-            new_tokens = torch.stack(tokens[first_new:])  # [nodes at the new depth]
-            level_logits = self.state.feed_tree(new_tokens, parents, first=1 + first_new)[:, :kept]
-            forwards += 1
-        self._fed_nodes = len(parents) - len(level_nodes)
-        return Draft(torch.stack(tokens)[None], None, forwards=forwards, parents=tuple(parents))
+        root_logits = self.state.feed(pending)[0, :kept]  # [V]: after the root
+
+        def feed(ids: torch.Tensor, parents: tuple[int, ...], first: int) -> torch.Tensor:
+            return self.state.feed_tree(ids, parents, first)[:, :kept]
+
+        tree = grow_tree(context.tree, root_logits, feed)
+        self._fed = tree.fed
+        return Draft(tree.tokens[None], None, forwards=tree.forwards, parents=tree.parents)
 
     def accept(self, context: Context) -> None:
         """Keep each row's committed tokens but the last (what its cache held then agrees with the committed
         sequence, so it is trusted); after a tree round, the accepted path's fed nodes first (the other branches go)."""
         if context.path is not None:
             start = self._tree_start
-            self.state.keep_path(start, [start + node for node in context.path if node < self._fed_nodes])
+            self.state.keep_path(start, [start + self._fed[node] for node in context.path if self._fed[node] >= 0])
         keep = [max(length - 1, 0) for length in context.lengths]
         self.state.crop(keep)
         self.state.trust(keep)

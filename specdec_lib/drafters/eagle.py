@@ -35,8 +35,10 @@ the inputs they meet when drafting. (EAGLE-3 also drops the feature-regression l
 Training data: the target's features on corpus windows, or (``--train-text target``) on text the target wrote
 itself, a corpus prompt and its greedy continuation per window: the contexts greedy decoding shows the drafter.
 
-What EAGLE has and this leaves out: tree drafting (EAGLE-1 verifies a static tree of candidates; EAGLE-2's
-dynamic tree grows it by the draft's confidence) and feature noise during training.
+Token trees (`tree_speculative_generate`): a static `TreeShape` (EAGLE-1) or a `DynamicTree` grown by the layer's
+confidence (EAGLE-2). Each depth's expanded nodes are fed in one forward, node n as the pair (its parent's predicted
+feature, its token) at the position of its depth, seeing the true pairs and its ancestors only; `accept` drops every
+drafted pair as after a chain. What EAGLE has and this leaves out: feature noise during training.
 """
 
 from pathlib import Path
@@ -50,7 +52,8 @@ from ..core.errors import ConfigError
 from ..core.forward import LAST_HIDDEN, num_layers, run_layers
 from ..core.paths import data_dir
 from ..core.drafting import Context, Draft, Drafter, TargetOutput
-from ..core.sampling import SamplingConfig, draw
+from ..core.sampling import GREEDY, SamplingConfig, draw
+from ..core.trees import grow_tree
 from ..core.validation import is_whole
 from .eagle_runner import EagleRunner
 from .frozen_target import load_drafter
@@ -172,6 +175,7 @@ class EagleDrafter(Drafter):
     """
 
     name = "eagle"
+    trees = True
 
     def __init__(self, module: EagleModule) -> None:
         self.module = module
@@ -234,6 +238,10 @@ class EagleDrafter(Drafter):
         self._pending = []
         predicted = self.runner.forward(features, next_ids)[-1]  # [D]: h^_{L-1}, whose LM head gives d_1
         self._fed = length - 1
+        if context.tree is not None and not context.tree.is_chain:
+            return self._propose_tree(context, predicted)
+        if context.tree is not None:  # a chain-shaped tree: top-1 candidates, verified as point masses
+            sampling = GREEDY
         tokens: list[torch.Tensor] = []
         rows: list[torch.Tensor] = []  # sampling only: the q rows
         for step in range(k):
@@ -244,6 +252,21 @@ class EagleDrafter(Drafter):
             if step + 1 < k:  # the last draft is never fed: nothing would read its output
                 predicted = self.runner.forward(predicted.view(1, -1), token.view(1))[0]
         return Draft(tokens=torch.stack(tokens), probs=torch.stack(rows) if rows else None, forwards=k)
+
+    def _propose_tree(self, context: Context, predicted: torch.Tensor) -> Draft:
+        """A tree of ``context.tree`` (`grow_tree`) after the true pairs, whose last one (the root's, at cache slot
+        ``fed - 1``) predicted ``predicted: [D]``: a fed node's pair is its parent's predicted feature and its own
+        token (module docstring)."""
+        outputs = [predicted]  # the predicted feature after the root, then after each fed node
+
+        def feed(ids: torch.Tensor, parents: tuple[int, ...], first: int) -> torch.Tensor:
+            features = torch.stack([outputs[1 + parent] for parent in parents[first - 1:]])  # [n, D]
+            predicted_here = self.runner.forward(features, ids, tree=(parents, first, self._fed - 1))  # [n, D]
+            outputs.extend(predicted_here)
+            return self.module.logits(predicted_here)
+
+        tree = grow_tree(context.tree, self.module.logits(predicted), feed)
+        return Draft(tree.tokens[None], None, forwards=tree.forwards, parents=tree.parents)
 
     def accept(self, context: Context) -> None:
         """Drop the drafted pairs: keep the true ones (the target's features of the accepted drafts arrive through

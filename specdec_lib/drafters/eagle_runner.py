@@ -15,7 +15,8 @@ token, so here the step is written out once, over the module's own weights:
     h^      = norm(x)                                              the predicted features [T, D]
 
 Rolling back past rejected drafts is moving the length pointer (`crop`), as in `specdec_lib.core.caches`'
-pre-allocated cache. The weights are read from the module when the runner is made (`EagleDrafter.begin` makes one
+pre-allocated cache. A token tree's nodes (`forward` with ``tree``) sit after the cached pairs in feeding order, each
+at the position of its depth and seeing only its ancestors (`specdec_lib.core.trees.tree_attention_mask`). The weights are read from the module when the runner is made (`EagleDrafter.begin` makes one
 per generation), so a module that was trained since is run with its new weights. Training keeps
 `EagleModule.forward` (it needs arbitrary positions and masks for training-time test); a test checks the two agree.
 """
@@ -25,6 +26,7 @@ from torch.nn import functional as F
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 from ..core.errors import ContextOverflowError
+from ..core.trees import tree_attention_mask, tree_position_ids
 
 
 class EagleRunner:
@@ -54,9 +56,12 @@ class EagleRunner:
         self.values = torch.zeros_like(self.keys)
         self.length = 0  # positions 0 .. length - 1 hold keys and values
 
-    def forward(self, features: torch.Tensor, next_ids: torch.Tensor) -> torch.Tensor:
+    def forward(self, features: torch.Tensor, next_ids: torch.Tensor,
+                tree: tuple[tuple[int, ...], int, int] | None = None) -> torch.Tensor:
         """Predicted features ``[T, D]`` for the pairs ``features: [T, D]`` (``h_i``) and ``next_ids:
-        LongTensor[T]`` (``x_{i+1}``) at the T positions after the cached ones (which grow by T)."""
+        LongTensor[T]`` (``x_{i+1}``) after the cached ones (which grow by T): at the T positions that follow them,
+        or, for tree nodes, ``tree = (parents, first, root)``: the nodes ``first - 1 ..`` of the tree ``parents``
+        whose root is the cached pair at ``root`` (the nodes before them cached right after it)."""
         start, new = self.length, next_ids.shape[0]
         end = start + new
         if end > self.max_length:
@@ -68,11 +73,18 @@ class EagleRunner:
         hidden = module.fc(torch.cat([embedded, features], dim=-1))[None]  # [1, T, D]
         q, k, v = F.linear(layer.input_layernorm(hidden), *self.qkv).view(1, new, -1, self.head_dim).transpose(1, 2) \
             .split([self.heads, self.kv_heads, self.kv_heads], dim=1)  # [1, heads or kv_heads, T, head_dim]
-        q, k = apply_rotary_pos_emb(q, k, self.cos[:, start:end], self.sin[:, start:end])
+        if tree is None:
+            cos, sin = self.cos[:, start:end], self.sin[:, start:end]
+            mask = None if new == 1 else torch.ones(new, end, dtype=torch.bool, device=q.device).tril(start)
+        else:
+            parents, first, root = tree
+            positions = tree_position_ids(parents, root, first, device=q.device)[0]  # [T]: root + depth
+            cos, sin = self.cos[:, positions], self.sin[:, positions]
+            mask = tree_attention_mask(parents, root, first, dtype=q.dtype, device=q.device)  # [1, 1, T, end]
+        q, k = apply_rotary_pos_emb(q, k, cos, sin)
         self.keys[:, :, start:end], self.values[:, :, start:end] = k, v
-        causal = None if new == 1 else torch.ones(new, end, dtype=torch.bool, device=q.device).tril(start)
         attended = F.scaled_dot_product_attention(q, self.keys[:, :, :end], self.values[:, :, :end],
-                                                  attn_mask=causal, scale=self.scaling,
+                                                  attn_mask=mask, scale=self.scaling,
                                                   enable_gqa=self.heads != self.kv_heads)  # [1, heads, T, head_dim]
         hidden = hidden + self.o_proj(attended.transpose(1, 2).reshape(1, new, -1))
         gate, up = F.linear(layer.post_attention_layernorm(hidden), *self.gate_up).chunk(2, dim=-1)
