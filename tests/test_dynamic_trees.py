@@ -53,9 +53,9 @@ def paths(tree: GrownTree) -> list[tuple[int, ...]]:
     return out
 
 
-def score(path: tuple[int, ...]) -> float:
-    """The stand-in drafter's cumulative log-probability of ``path``."""
-    return sum(float(torch.log_softmax(path_logits(path[:i]), -1)[path[i]]) for i in range(len(path)))
+def score(path: tuple[int, ...], temperature: float = 1.0) -> float:
+    """The stand-in drafter's cumulative log-probability of ``path``, its softmax at ``temperature``."""
+    return sum(float(torch.log_softmax(path_logits(path[:i]) / temperature, -1)[path[i]]) for i in range(len(path)))
 
 
 @pytest.mark.parametrize("branching", [(1,), (3,), (2, 2, 1), (4, 2), (1, 1, 1, 1)])
@@ -70,9 +70,11 @@ def test_a_static_shape_grows_its_tree_shape(branching):
     assert tree.fed == tuple(-1 if last else i for i, last in enumerate(deepest))  # all but the deepest, in order
 
 
-@pytest.mark.parametrize("depth, top_k, budget", [(1, 3, 2), (3, 2, 6), (4, 3, 10), (5, 4, 16), (3, 3, 21)])
-def test_a_dynamic_tree_keeps_the_best_scored_candidates(depth, top_k, budget):
-    shape = DynamicTree(depth, top_k, budget)
+@pytest.mark.parametrize("depth, top_k, budget, temperature",
+                         [(1, 3, 2, 1.0), (3, 2, 6, 1.0), (4, 3, 10, 1.0), (5, 4, 16, 1.0), (3, 3, 21, 1.0),
+                          (5, 3, 12, 0.3), (4, 2, 7, 2.0)])
+def test_a_dynamic_tree_keeps_the_best_scored_candidates(depth, top_k, budget, temperature):
+    shape = DynamicTree(depth, top_k, budget, temperature)
     tree, calls = grow(shape)
     grown = paths(tree)
     check_parents(tree.parents)
@@ -85,8 +87,8 @@ def test_a_dynamic_tree_keeps_the_best_scored_candidates(depth, top_k, budget):
         children = [parent + (token,) for parent in level
                     for token in path_logits(parent).topk(top_k).indices.tolist()]
         candidates += children
-        level = sorted(children, key=score, reverse=True)[:top_k]
-    kept = sorted(candidates, key=lambda p: (-score(p), len(p)))[:budget]
+        level = sorted(children, key=lambda p: score(p, temperature), reverse=True)[:top_k]
+    kept = sorted(candidates, key=lambda p: (-score(p, temperature), len(p)))[:budget]
     assert set(grown) == set(kept)
     assert all(path[:-1] in grown for path in grown if len(path) > 1)  # ancestors kept
     assert len(calls) == depth - 1 and all(len(parents) - first + 1 == top_k for parents, first in calls)
@@ -105,6 +107,7 @@ def test_a_dynamic_tree_with_one_child_is_the_greedy_chain():
     ((3, 0, 2), "top_k must be a whole number >= 1"),
     ((3, 2, 2.5), "budget must be a whole number >= 1"),
     ((2, 2, 7), "grows at most 6 candidate nodes"),
+    ((2, 2, 4, 0.0), "temperature"),
 ])
 def test_a_bad_dynamic_tree_is_explained(arguments, message):
     with pytest.raises(ConfigError, match=message):
@@ -112,12 +115,14 @@ def test_a_bad_dynamic_tree_is_explained(arguments, message):
 
 
 def test_a_dynamic_tree_cut_near_the_end_keeps_what_its_depth_can_grow():
-    assert DynamicTree(6, 4, 30).cut(2) == DynamicTree(2, 4, 20) and DynamicTree(6, 4, 30).cut(9) == DynamicTree(6, 4, 30)
+    assert DynamicTree(6, 4, 30, 0.5).cut(2) == DynamicTree(2, 4, 20, 0.5)
+    assert DynamicTree(6, 4, 30).cut(9) == DynamicTree(6, 4, 30)
 
 
 # ---------------------------------------------------------------- end to end, on the sharp tiny pair
 
-SHAPES = [DynamicTree(1, 2, 2), DynamicTree(3, 2, 5), DynamicTree(4, 3, 10), DynamicTree(6, 4, 20), DynamicTree(4, 1, 4)]
+SHAPES = [DynamicTree(1, 2, 2), DynamicTree(3, 2, 5), DynamicTree(4, 3, 10), DynamicTree(6, 4, 20),
+          DynamicTree(4, 1, 4), DynamicTree(6, 2, 8, temperature=0.3)]
 
 
 @pytest.fixture(scope="module")

@@ -5,6 +5,7 @@ import pytest
 from specdec_lib.core.errors import ConfigError
 from specdec_lib.core.theory import (
     alpha_from_tokens_per_round,
+    best_budget,
     expected_speedup,
     expected_tokens_per_round,
     optimal_gamma,
@@ -97,3 +98,26 @@ def test_the_verify_cost_term_prices_the_verification_forward():
         expected_speedup(0.8, 4, 0.1, verify_cost=0)
     with pytest.raises(ConfigError, match="one cost per gamma"):
         optimal_gamma(0.8, 0.1, max_gamma=4, verify_costs=[1.0, 1.1])
+
+
+# ---------------------------------------------------------------- the token tree's budget from v(n)
+
+
+def test_best_budget_takes_the_widest_tree_where_verification_is_flat_and_a_narrow_one_where_it_climbs():
+    tokens = {4: 3.0, 8: 3.4, 16: 3.7}  # more nodes, a few more accepted tokens
+    assert best_budget(tokens, {1: 1.0, 17: 1.0}, draft_cost=0.5) == 16
+    assert best_budget(tokens, {1: 1.0, 5: 1.1, 9: 1.5, 17: 2.5}, draft_cost=0.5) == 4
+    # by hand: 3.0 / (0.5 + 1.1) = 1.875, 3.4 / (0.5 + 1.3) = 1.889 (v(9) on the line from v(5) to v(17)),
+    # 3.7 / (0.5 + 1.5) = 1.85
+    assert best_budget(tokens, {1: 1.0, 5: 1.1, 17: 1.5}, draft_cost=0.5) == 8
+
+
+@pytest.mark.parametrize("tokens, costs, message", [
+    ({}, {1: 1.0}, "tokens_per_round is empty"),
+    ({8: 3.0}, {1: 1.0, 5: 1.2}, "measure a forward of 9 positions too"),
+    ({4: 6.0}, {1: 1.0, 5: 1.2}, "tokens_per_round"),
+    ({4: 3.0}, {0: 1.0, 5: 1.2}, "verify_costs width"),
+])
+def test_best_budget_explains_what_it_lacks(tokens, costs, message):
+    with pytest.raises(ConfigError, match=message):
+        best_budget(tokens, costs, draft_cost=0.5)

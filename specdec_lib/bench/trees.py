@@ -1,16 +1,20 @@
 """Token trees against the chain, side by side: ``python -m specdec_lib.bench.trees``.
 
-For each tree shape: the nodes the target verifies per round, the measured cost of that verify forward relative to
-a one-token forward, tokens per target forward, mean acceptance length, tokens/s and the speed-up over the target
-alone, next to the chain of the same depth (our `speculative_generate` with gamma = depth) and the baseline, on the
-same prompts with the same protocol as ``python -m specdec_lib bench`` (one warm-up pass, interleaved timed
-repeats, medians: `specdec_lib.bench.protocol`). Greedy, so every row must emit the baseline's tokens
-(``identical``). A tree pays where its extra tokens per forward outgrow the extra cost of verifying its nodes.
+For each tree (a static `TreeShape` or a `DynamicTree` grown by the drafter's confidence, EAGLE-2) and each chain
+length: the nodes the target verifies per round, the measured cost of that verification forward relative to a
+one-token forward (v(n), n = nodes + 1), the drafting's cost per round in one-token target forwards, tokens per
+target forward, mean acceptance length, tokens/s and the speed-up over the target alone, on the same prompts with
+the same protocol as ``python -m specdec_lib bench`` (one warm-up pass, interleaved timed repeats, medians:
+`specdec_lib.bench.protocol`). The drafter is the EAGLE layer (``--drafter eagle``, the default) or the draft
+model. Greedy, so every row must emit the baseline's tokens (``identical``). A tree pays where its extra tokens per
+forward outgrow the extra cost of verifying its nodes; for each depth and top-k of the dynamic trees, the budget
+`specdec_lib.core.theory.best_budget` picks from the measured v(n) is printed beside the fastest one measured.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,32 +22,47 @@ from pathlib import Path
 import torch
 
 from ..drafters import DraftModelDrafter
+from ..drafters.eagle import load_eagle
+from ..core.drafting import Drafter
 from ..core.errors import SpecdecError
+from ..core.theory import best_budget
 from ..loading import load_pair
 from ..prompts import TASKS, encode_prompts, load_prompts
 from ..core.result import GenerationResult
 from .model_measures import interleaved_forward_costs
 from ..decoders import tree_speculative_generate
-from ..core.trees import TreeShape
-from .cli import machine_info, write_json
+from ..core.trees import DynamicTree, TreeShape
+from .cli import machine_info, parse_gammas, write_json
 from .methods import Autoregressive, GenerationSpec, Method, Speculative, resolve_eos
 from .protocol import measure
 from .report import build_report
 
-DEFAULT_SHAPES = "1,1,1,1 2,1,1,1 2,2,1,1 3,2,1,1 4,2,2,1"
+DEFAULT_SHAPES = ("2,1,1,1,1,1 2,2,1,1,1,1 dynamic:7,4,16 dynamic:10,2,16 dynamic:10,2,8,0.3 dynamic:10,2,12,0.3 "
+                  "dynamic:10,2,16,0.3 dynamic:10,2,24,0.3")
+DEFAULT_GAMMAS = "5,7,9,12"
+DRAFTERS = ("eagle", "draft-model")
+
+
+def shape_key(shape: TreeShape | DynamicTree) -> str:
+    """The row name of a tree: ``tree[2,2,1]``, ``dynamic[depth=7,top_k=4,budget=16]`` (``,temperature=0.3``
+    where it is not 1)."""
+    if isinstance(shape, DynamicTree):
+        temperature = "" if shape.temperature == 1 else f",temperature={shape.temperature:g}"
+        return f"dynamic[depth={shape.depth},top_k={shape.top_k},budget={shape.budget}{temperature}]"
+    return f"tree[{','.join(map(str, shape.branching))}]"
 
 
 class TreeSpeculative(Method):
-    """Our tree speculative decoding with one static shape (row ``tree[b1,b2,..]``)."""
+    """Our tree speculative decoding with one tree shape, static or dynamic (row `shape_key`)."""
 
     name, source = "tree", "trace"
 
-    def __init__(self, target, drafter: DraftModelDrafter, shape: TreeShape, spec: GenerationSpec) -> None:
+    def __init__(self, target, drafter: Drafter, shape: TreeShape | DynamicTree, spec: GenerationSpec) -> None:
         self.target, self.drafter, self.shape, self.spec = target, drafter, shape, spec
 
     @property
     def key(self) -> str:
-        return f"tree[{','.join(map(str, self.shape.branching))}]"
+        return shape_key(self.shape)
 
     def generate(self, input_ids: torch.Tensor, seed: int | None = None) -> tuple[list[int], GenerationResult | None]:
         result = tree_speculative_generate(self.target, self.drafter, input_ids, shape=self.shape,
@@ -51,52 +70,102 @@ class TreeSpeculative(Method):
         return result.new_token_list, result
 
 
-def parse_shapes(text: str) -> list[TreeShape]:
-    """``"1,1,1 2,2,1"`` -> [TreeShape((1, 1, 1)), TreeShape((2, 2, 1))] (argparse type)."""
+def parse_shapes(text: str) -> list[TreeShape | DynamicTree]:
+    """``"2,2,1 dynamic:7,4,16 dynamic:10,2,16,0.3"`` -> [TreeShape((2, 2, 1)), DynamicTree(7, 4, 16),
+    DynamicTree(10, 2, 16, temperature=0.3)] (argparse type)."""
     problem = "no shape given" if not text.split() else None
+    shapes: list[TreeShape | DynamicTree] = []
     try:
-        shapes = [TreeShape(tuple(int(b) for b in part.split(","))) for part in text.split()]
-    except (ValueError, SpecdecError) as error:
+        for part in text.split():
+            if part.startswith("dynamic:"):
+                numbers = part.removeprefix("dynamic:").split(",")
+                if len(numbers) not in (3, 4):
+                    raise ValueError(f"{part!r} needs 3 or 4 numbers")
+                shapes.append(DynamicTree(*(int(n) for n in numbers[:3]), *(float(t) for t in numbers[3:])))
+            else:
+                shapes.append(TreeShape(tuple(int(b) for b in part.split(","))))
+    except (ValueError, TypeError, SpecdecError) as error:
         problem = str(error)
     if problem is not None:
         raise argparse.ArgumentTypeError(
-            f"--shapes takes space-separated shapes of comma-separated branchings, e.g. '1,1,1,1 2,2,1,1': {problem}"
+            "--shapes takes space-separated shapes: comma-separated branchings for a static tree ('2,2,1,1') or "
+            f"'dynamic:DEPTH,TOP_K,BUDGET[,TEMPERATURE]' for a dynamic one ('dynamic:7,4,16'): {problem}"
         )
     return shapes
 
 
-def tree_rows(pair, prompt_ids: Sequence[torch.Tensor], shapes: Sequence[TreeShape], *, max_new_tokens: int,
-              repeats: int, progress: bool = True) -> list[dict]:
-    """Measure the baseline, one chain per tree depth and every shape; one dict per row (module docstring)."""
+def _draft_cost(method_runs, forward_seconds: float | None) -> float | None:
+    """A round's drafting in one-token target forwards: the median ``draft_time`` of the rounds after each run's
+    first that drafted, over the baseline's median forward."""
+    times = [record.draft_time for repeat in method_runs for run in repeat if run.result
+             for record in run.result.trace.rounds[1:] if record.drafted > 0]
+    return statistics.median(times) / forward_seconds if times and forward_seconds else None
+
+
+def tree_rows(pair, prompt_ids: Sequence[torch.Tensor], shapes: Sequence[TreeShape | DynamicTree], *,
+              gammas: Sequence[int], drafter: str = "eagle", max_new_tokens: int, repeats: int,
+              progress: bool = True) -> list[dict]:
+    """Measure the baseline, a chain per gamma and every shape with one drafter; one dict per row (module
+    docstring)."""
     spec = GenerationSpec(max_new_tokens, resolve_eos(pair))
-    chain_drafter = tree_drafter = DraftModelDrafter.for_pair(pair)  # one drafter, whatever shape it drafts
-    depths = sorted({shape.depth for shape in shapes})
+    one = load_eagle(pair.target) if drafter == "eagle" else DraftModelDrafter.for_pair(pair)  # chains and trees
     methods: list[Method] = [Autoregressive(pair.target, spec)]
-    methods += [Speculative(pair.target, chain_drafter, depth, spec) for depth in depths]
-    methods += [TreeSpeculative(pair.target, tree_drafter, shape, spec) for shape in shapes]
+    methods += [Speculative(pair.target, one, gamma, spec) for gamma in gammas]
+    methods += [TreeSpeculative(pair.target, one, shape, spec) for shape in shapes]
     measurements = measure(methods, prompt_ids, repeats=repeats, device=pair.target.device, progress=progress)
     context = prompt_ids[0][:, :64]
     nodes_of = [method.shape.size if isinstance(method, TreeSpeculative) else method.gamma or 0 for method in methods]
     # what verifying each tree or chain costs: a target forward over its nodes + 1 positions, over one position
     costs = interleaved_forward_costs({nodes: (pair.target, context, nodes + 1) for nodes in {0, *nodes_of}}, repeats=10)
+    baseline = measurements.timed[methods[0].key]
+    forward = statistics.median(record.verify_time for repeat in baseline for run in repeat if run.result
+                                for record in run.result.trace.rounds[1:])
     rows = []
     for method, nodes, row in zip(methods, nodes_of, build_report(measurements).rows):  # speed, acceptance, identity
         rows.append({
             "method": method.key,
             "nodes": nodes,
             "verify_cost": costs[nodes] / costs[0],
+            "draft_cost": _draft_cost(measurements.timed[method.key], forward) if nodes else None,
             **{key: row[key] for key in ("tokens_per_target_forward", "mean_acceptance_length", "tokens_per_s",
                                          "speedup", "identical")},
         })
     return rows
 
 
+def budget_choices(shapes: Sequence[TreeShape | DynamicTree], rows: Sequence[dict]) -> list[dict]:
+    """For each depth, top-k and temperature of the dynamic trees measured (with two budgets or more): the budget
+    `best_budget` picks from the rows' tokens per target forward, the measured v(n) and their median drafting cost,
+    next to the fastest budget measured."""
+    by_key = {row["method"]: row for row in rows}
+    groups: dict[tuple[int, int, float], list[DynamicTree]] = {}
+    for shape in shapes:
+        if isinstance(shape, DynamicTree):
+            groups.setdefault((shape.depth, shape.top_k, shape.temperature), []).append(shape)
+    choices = []
+    for (depth, top_k, temperature), members in groups.items():
+        if len(members) < 2:
+            continue
+        measured = [by_key[shape_key(shape)] for shape in members]
+        draft_costs = [row["draft_cost"] for row in measured if row["draft_cost"] is not None]
+        if not draft_costs:
+            continue
+        chosen = best_budget({shape.budget: row["tokens_per_target_forward"] for shape, row in zip(members, measured)},
+                             {1: 1.0, **{row["nodes"] + 1: row["verify_cost"] for row in measured}},
+                             statistics.median(draft_costs))
+        fastest = max(zip(members, measured), key=lambda pair: pair[1]["speedup"])[0].budget
+        choices.append({"depth": depth, "top_k": top_k, "temperature": temperature, "chosen_budget": chosen,
+                        "fastest_budget": fastest})
+    return choices
+
+
 def format_rows(rows: Sequence[dict]) -> str:
-    lines = [f"{'method':18} {'nodes':>5} {'verify cost':>11} {'tokens/forward':>14} {'mean acc len':>12} "
-             f"{'tokens/s':>9} {'speed-up':>8}  identical"]
+    lines = [f"{'method':40} {'nodes':>5} {'verify cost':>11} {'draft cost':>10} {'tokens/forward':>14} "
+             f"{'mean acc len':>12} {'tokens/s':>9} {'speed-up':>8}  identical"]
     for row in rows:
         mal = "" if row["mean_acceptance_length"] is None else f"{row['mean_acceptance_length']:.2f}"
-        lines.append(f"{row['method']:18} {row['nodes']:5} {row['verify_cost']:10.2f}x "
+        draft = "" if row["draft_cost"] is None else f"{row['draft_cost']:.2f}"
+        lines.append(f"{row['method']:40} {row['nodes']:5} {row['verify_cost']:10.2f}x {draft:>10} "
                      f"{row['tokens_per_target_forward']:14.2f} {mal:>12} {row['tokens_per_s']:9.1f} "
                      f"{row['speedup']:7.2f}x  {'yes' if row['identical'] else 'NO'}")
     return "\n".join(lines)
@@ -107,6 +176,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shapes", type=parse_shapes, default=parse_shapes(DEFAULT_SHAPES),
                         help=f"tree shapes (default: '{DEFAULT_SHAPES}')")
+    parser.add_argument("--gammas", type=parse_gammas, default=parse_gammas(DEFAULT_GAMMAS),
+                        help=f"chain lengths to compare with (default: {DEFAULT_GAMMAS})")
+    parser.add_argument("--drafter", choices=DRAFTERS, default="eagle", help="who drafts chains and trees")
     parser.add_argument("--task", choices=TASKS, default="code")
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--max-new-tokens", type=int, default=64)
@@ -121,19 +193,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     pair = load_pair("embedded", device=device)
     prompts = load_prompts(args.task, limit=args.prompts)
     prompt_ids = encode_prompts(pair.target_tokenizer, [p.prompt for p in prompts], device)
-    rows = tree_rows(pair, prompt_ids, args.shapes, max_new_tokens=args.max_new_tokens, repeats=args.repeats,
-                     progress=not args.no_progress)
+    rows = tree_rows(pair, prompt_ids, args.shapes, gammas=args.gammas, drafter=args.drafter,
+                     max_new_tokens=args.max_new_tokens, repeats=args.repeats, progress=not args.no_progress)
+    choices = budget_choices(args.shapes, rows)
     machine = machine_info(device)
     settings = {"task": args.task, "prompts": args.prompts, "max_new_tokens": args.max_new_tokens,
-                "repeats": args.repeats, "shapes": [list(s.branching) for s in args.shapes], "decoding": "greedy"}
+                "repeats": args.repeats, "drafter": args.drafter, "gammas": list(args.gammas),
+                "shapes": [shape_key(s) for s in args.shapes], "decoding": "greedy"}
     print(format_rows(rows))
+    for choice in choices:
+        print(f"dynamic trees of depth {choice['depth']}, top_k {choice['top_k']}, temperature "
+              f"{choice['temperature']:g}: the budget v(n) picks "
+              f"(best_budget) is {choice['chosen_budget']}; the fastest measured, {choice['fastest_budget']}")
     print(f"\nmachine: {machine['device']}, {machine['cpu_count']} CPUs, torch {machine['torch']} "
           f"({machine['torch_threads']} threads); {args.prompts} {args.task} prompts x {args.max_new_tokens} tokens, "
-          f"{args.repeats} timed repeats after a warm-up, greedy")
+          f"{args.repeats} timed repeats after a warm-up, greedy, drafter: {args.drafter}")
     print("verify cost: median time of one target forward over nodes + 1 positions / over 1 position (64-token "
-          "context); speed-up: median over repeats of the baseline's seconds / the row's, same prompts")
+          "context); draft cost: a round's median drafting time / the baseline's median forward; speed-up: median "
+          "over repeats of the baseline's seconds / the row's, same prompts")
     if args.json is not None:
-        write_json(args.json, {"settings": settings, "machine": machine, "rows": rows})
+        write_json(args.json, {"settings": settings, "machine": machine, "rows": rows, "budget_choices": choices})
         print(f"wrote {args.json}")
     return 0
 

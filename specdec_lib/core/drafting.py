@@ -46,7 +46,7 @@ import torch
 
 from .errors import ConfigError
 from .sampling import SamplingConfig
-from .trees import TreeShape
+from .trees import DynamicTree, TreeShape
 
 
 @dataclass
@@ -63,7 +63,7 @@ class Context:
     tokens: torch.Tensor
     lengths: list[int]
     row_k: list[int]
-    tree: TreeShape | None = None
+    tree: TreeShape | DynamicTree | None = None
     path: tuple[int, ...] | None = None
 
     @property
@@ -98,7 +98,7 @@ class Context:
                               "(read context.row(b) and context.row_k[b]).")
 
     @classmethod
-    def of(cls, sequence: torch.Tensor, k: int = 0, tree: TreeShape | None = None) -> "Context":
+    def of(cls, sequence: torch.Tensor, k: int = 0, tree: TreeShape | DynamicTree | None = None) -> "Context":
         """A context of one row, ``sequence: LongTensor[1, L]``, asking for ``k`` drafts: for calling a drafter by
         hand (a notebook, a test)."""
         if not isinstance(sequence, torch.Tensor) or sequence.ndim != 2 or sequence.shape[0] != 1:

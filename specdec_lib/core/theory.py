@@ -24,7 +24,7 @@ and `optimal_gamma` takes one measured ``v`` per gamma: the ratio of two cached 
 notebooks 01 and 06 do.
 """
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from .errors import ConfigError
 from .validation import check_count, check_number
@@ -114,3 +114,45 @@ def alpha_from_tokens_per_round(tokens_per_round: float, gamma: int) -> float:
         else:
             high = middle
     return (low + high) / 2
+
+
+def best_budget(tokens_per_round: Mapping[int, float], verify_costs: Mapping[int, float], draft_cost: float) -> int:
+    """The token-tree budget with the most tokens per unit of time, priced on the machine's own costs.
+
+    ``tokens_per_round``: budget b -> tokens a verification round emitted with trees of b nodes (counted, e.g.
+    `tokens_per_target_forward` of a short pilot run: counts do not depend on the machine); ``verify_costs``: the
+    measured cost curve, n -> v(n), a target forward over n new positions over a one-token one (at least n = 1 and
+    the largest b + 1; other n are read off the straight line between the nearest measured ones); ``draft_cost``:
+    a round's drafting in one-token target forwards, the same for every budget of one depth and top-k (the budget
+    only widens the target's verification). A round of budget b costs ``draft_cost + v(b + 1)``, so the choice is
+
+        argmax_b  tokens_per_round[b] / (draft_cost + v(b + 1))
+
+    (the smallest such b on ties). Where v(n) stays flat, wide trees are nearly free and the largest budget wins;
+    where it climbs, the extra nodes must buy more accepted tokens than they cost.
+    """
+    if not tokens_per_round:
+        raise ConfigError("tokens_per_round is empty: give the tokens per round of at least one budget.")
+    measured = sorted(verify_costs.items())
+    for n, v in measured:
+        check_count("a verify_costs width n", n, minimum=1, hint="n counts the positions a forward reads.")
+        _check_verify_cost(v)
+    check_number("draft_cost", draft_cost, minimum=0, hint="Drafting costs a non-negative share of a forward.")
+
+    def v_at(n: int) -> float:
+        if not measured[0][0] <= n <= measured[-1][0]:
+            raise ConfigError(f"verify_costs covers n = {measured[0][0]} .. {measured[-1][0]}; budget {n - 1} needs "
+                              f"v({n}): measure a forward of {n} positions too.")
+        below = max((point for point in measured if point[0] <= n), key=lambda point: point[0])
+        above = min((point for point in measured if point[0] >= n), key=lambda point: point[0])
+        if above[0] == below[0]:
+            return below[1]
+        return below[1] + (above[1] - below[1]) * (n - below[0]) / (above[0] - below[0])
+
+    rates = {}
+    for budget, tokens in sorted(tokens_per_round.items()):
+        check_count("a budget", budget, minimum=1, hint="A tree has at least one node.")
+        check_number(f"tokens_per_round[{budget}]", tokens, minimum=1, maximum=budget + 1,
+                     hint="A round emits its accepted nodes (at most one per depth) plus one token.")
+        rates[budget] = tokens / (draft_cost + v_at(budget + 1))
+    return max(rates, key=lambda budget: (rates[budget], -budget))

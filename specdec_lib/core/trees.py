@@ -19,6 +19,10 @@ are then the ordinary causal ones.
 
 After verification the accepted path's keys and values sit between rejected siblings in the cache, so rolling
 back is a *compaction* (`specdec_lib.core.caches.compact_cache`), not a crop.
+
+What a drafter drafts each round is a shape: a static `TreeShape`, or a `DynamicTree` (EAGLE-2) grown where the
+drafter is confident and cut to a node budget; `grow_tree` grows both from any drafter that can score a depth's
+nodes in one forward.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from dataclasses import dataclass
 import torch
 
 from .errors import ConfigError
-from .validation import is_whole
+from .validation import check_number, is_whole
 from .sampling import sample_token
 from .verify import Verdict
 
@@ -92,8 +96,13 @@ class DynamicTree:
     """A tree grown by the drafter's confidence each round (EAGLE-2, Li et al. 2024), verified like any other.
 
     A node's *score* is the drafter's cumulative log-probability of the path to it (``log q(d_1) + .. + log
-    q(d_i)``, q the drafter's softmax at temperature 1), the drafter's estimate of the chance that the target
-    accepts the whole path. `grow_tree` builds it level by level:
+    q(d_i)``, q the drafter's softmax at ``temperature``), the drafter's estimate of the chance that the target
+    accepts the whole path. EAGLE-2 scores with the drafter's own softmax (``temperature = 1``); a drafter whose
+    drafts are accepted more often than its q says (an underconfident one) wastes the budget on shallow second
+    choices; a temperature below 1 sharpens the scores towards its first choices (notebook 07 compares 1 with 0.3
+    for the EAGLE layer). The scores only choose
+    which nodes to draft: verification treats them as point masses, so any temperature keeps the output exact.
+    `grow_tree` builds it level by level:
 
     - depth 1: the root's ``top_k`` most likely children;
     - depth d = 2 .. ``depth``: the ``top_k`` best-scored nodes of depth d - 1 are *expanded* (fed to the drafter,
@@ -110,6 +119,7 @@ class DynamicTree:
     depth: int
     top_k: int
     budget: int
+    temperature: float = 1.0
 
     def __post_init__(self) -> None:
         for name in ("depth", "top_k", "budget"):
@@ -117,6 +127,8 @@ class DynamicTree:
             if not is_whole(value) or value < 1:
                 raise ConfigError(f"DynamicTree's {name} must be a whole number >= 1, got {value!r}. Example: "
                                   "DynamicTree(depth=6, top_k=4, budget=24).")
+        check_number("DynamicTree's temperature", self.temperature, minimum=0, open_low=True,
+                     hint="1 scores nodes by the drafter's own probabilities; below 1 trusts its first choices more.")
         if self.budget > self.candidates:
             raise ConfigError(
                 f"DynamicTree(depth={self.depth}, top_k={self.top_k}) grows at most {self.candidates} candidate nodes "
@@ -136,7 +148,8 @@ class DynamicTree:
     def cut(self, depth: int) -> "DynamicTree":
         """The same tree down to ``depth`` at most, its budget cut to what that depth can grow."""
         depth = min(self.depth, depth)
-        return DynamicTree(depth, self.top_k, min(self.budget, self.top_k + (depth - 1) * self.top_k ** 2))
+        return DynamicTree(depth, self.top_k, min(self.budget, self.top_k + (depth - 1) * self.top_k ** 2),
+                           self.temperature)
 
     @property
     def is_chain(self) -> bool:
@@ -181,37 +194,39 @@ def grow_tree(shape: "TreeShape | DynamicTree", root_logits: torch.Tensor, feed)
     (`DynamicTree`). Children are listed best first; the deepest depth is never fed.
     """
     dynamic = isinstance(shape, DynamicTree)
+    temperature = shape.temperature if dynamic else 1.0
     tokens: list[int] = []
     parents: list[int] = []  # over the grown nodes
     scores: list[float] = []
     depths: list[int] = []
     fed: dict[int, int] = {}  # grown node -> its place among the fed nodes
     fed_parents: list[int] = []  # the fed nodes' tree (-1: the root)
-    expanding = [(-1, root_logits, 0.0)]  # (node, its logits [V], its score)
+    expanding, level_logits = [-1], root_logits[None]  # the nodes to expand and their logits [n, V]
     forwards = 1  # the caller's forward that gave root_logits
     for depth in range(1, shape.depth + 1):
         width = shape.top_k if dynamic else shape.branching[depth - 1]
+        best = level_logits.topk(width, dim=-1)  # [n, width]: ranked by the logits, the probabilities' order
+        log_q = torch.log_softmax(level_logits.float() / temperature, dim=-1).gather(1, best.indices)
         level = []
-        for node, logits, score in expanding:
-            best = logits.topk(width)  # ranked by the logits: the same order as the probabilities
-            log_q = torch.log_softmax(logits.float(), dim=-1)[best.indices].tolist()
-            for token, value in zip(best.indices.tolist(), log_q):
+        for node, children, values in zip(expanding, best.indices.tolist(), log_q.tolist()):  # one read-back
+            base = scores[node] if node >= 0 else 0.0
+            for token, value in zip(children, values):
                 level.append(len(tokens))
                 tokens.append(token)
                 parents.append(node)
-                scores.append(score + value)
+                scores.append(base + value)
                 depths.append(depth)
         if depth == shape.depth:
             break
-        chosen = sorted(level, key=lambda i: -scores[i])[: shape.top_k] if dynamic else level
-        chosen.sort()  # feeding order: grown order (breadth first)
+        expanding = sorted(level, key=lambda i: -scores[i])[: shape.top_k] if dynamic else level
+        expanding.sort()  # feeding order: grown order (breadth first)
         first = 1 + len(fed_parents)
-        for node in chosen:
+        for node in expanding:
             fed[node] = len(fed_parents)
             fed_parents.append(-1 if parents[node] < 0 else fed[parents[node]])
-        logits = feed(torch.tensor([tokens[i] for i in chosen], device=root_logits.device), tuple(fed_parents), first)
+        level_logits = feed(torch.tensor([tokens[i] for i in expanding], device=root_logits.device),
+                            tuple(fed_parents), first)
         forwards += 1
-        expanding = [(node, row, scores[node]) for node, row in zip(chosen, logits)]
     kept = range(len(tokens))
     if dynamic:  # the rerank: best score first, a parent before its child on a tie
         kept = sorted(sorted(kept, key=lambda i: (-scores[i], depths[i], i))[: shape.budget],

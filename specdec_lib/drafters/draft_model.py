@@ -10,10 +10,11 @@ A chain, row by row (a batch runs the same steps for every row in one forward ea
 
 ``d_k`` itself is never fed during drafting: the next round feeds it (when accepted) with the bonus token.
 
-A token tree of shape ``(b_1, .., b_D)`` (SpecInfer, EAGLE-2's static trees): the root's ``b_1`` most likely next
-tokens, each continued by its ``b_2`` best, and so on; one forward per depth feeds that whole depth with the tree
-attention mask, so a tree of depth D costs D forwards like a chain of D drafts, whatever its width. The deepest
-nodes are never fed. Candidates are deterministic (the top-b), so they are verified as point masses (``probs``
+A token tree of shape ``(b_1, .., b_D)`` (SpecInfer, EAGLE-1's static trees): the root's ``b_1`` most likely next
+tokens, each continued by its ``b_2`` best, and so on; or a `DynamicTree` (EAGLE-2), which expands only the
+best-scored nodes of each depth and keeps a budget of them (`specdec_lib.core.trees.grow_tree` grows both). One
+forward per depth feeds that depth's expanded nodes with the tree attention mask, so a tree of depth D costs D
+forwards like a chain of D drafts, whatever its width. The deepest nodes are never fed. Candidates are deterministic (the top-b), so they are verified as point masses (``probs``
 None), which keeps the target's distribution exactly under sampling. A chain-shaped tree ``(1, .., 1)`` is drafted
 and verified as the chain it is (greedy drafts, point masses): no tree mask, no compaction.
 """
