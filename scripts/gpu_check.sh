@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole course on a GPU in one call: the doctor, the unit tests, every notebook (in float32, then in bfloat16),
-# the numerics bench in float32 and bfloat16 and the speed bench, each step under what is left of one time limit,
+# the numerics bench in float32 and bfloat16, the speed bench and the token-tree bench (chains, static and dynamic
+# trees: data/bench/trees-gpu.json when copied), each step under what is left of one time limit,
 # then a short report (Markdown) with each step's status, seconds and log tail.
 #
 #   scripts/gpu_check.sh [--quick] [--limit SECONDS] [--out DIR]
@@ -92,6 +93,8 @@ run_step numerics "$python" -m specdec_lib bench numerics --device "$device" --d
     "${numerics_args[@]}" --no-progress --json "$out/numerics.json"
 run_step bench "$python" -m specdec_lib bench --device "$device" --prompts 2 --max-new-tokens 24 --gammas 2,4 \
     --repeats 2 --no-progress --json "$out/bench.json"
+run_step trees "$python" -m specdec_lib.bench.trees --device "$device" --prompts 4 --repeats 2 --no-progress \
+    --json "$out/trees.json"
 
 {
     echo

@@ -23,6 +23,7 @@ import torch
 
 from ..drafters import DraftModelDrafter
 from ..drafters.eagle import load_eagle
+from ..core.devices import get_device
 from ..core.drafting import Drafter
 from ..core.errors import SpecdecError
 from ..core.theory import best_budget
@@ -184,12 +185,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--device", default=None, help="cpu, cuda, ... (default: get_device(), SPECDEC_DEVICE)")
     parser.add_argument("--json", type=Path, default=None, metavar="PATH")
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    device = torch.device("cpu")
+    device = get_device(args.device)
     pair = load_pair("embedded", device=device)
     prompts = load_prompts(args.task, limit=args.prompts)
     prompt_ids = encode_prompts(pair.target_tokenizer, [p.prompt for p in prompts], device)
