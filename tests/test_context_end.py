@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from helpers import TINY_CONTEXT, greedy_tokens
-from specdec_lib import (DraftModelDrafter, DynamicTree, EarlyExitDrafter, PromptLookupDrafter, TreeShape,
+from specdec_lib import (DraftModelDrafter, DynamicTree, EarlyExitDrafter, PromptLookupDrafter, TreeShape, load_eagle,
                          batched_autoregressive_generate, batched_speculative_generate, jacobi_generate,
                          speculative_generate, tree_speculative_generate)
 
@@ -65,6 +65,17 @@ def test_a_batch_budgets_each_row_by_its_own_length(models):
                                               eos_token_id=None)
         assert result.tokens == alone, drafter
     assert batched_autoregressive_generate(target, rows, max_new_tokens=NEW_TOKENS, eos_token_id=None).tokens == alone
+
+
+def test_the_embedded_eagle_layer_drafts_dynamic_trees_up_to_the_context(embedded_pair, encoded_prompts):
+    """A dynamic tree's drafter holds the nodes it expanded, more slots than the positions left near the end of the
+    context: the EAGLE layer's storage grows to hold them (484-token prompt, 512 positions, 20 new tokens)."""
+    pair = embedded_pair
+    text = torch.cat([ids for _, ids in encoded_prompts["code"]], dim=1)[:, :484]
+    for shape in (DynamicTree(depth=6, top_k=4, budget=20), TreeShape((4, 4))):
+        result = tree_speculative_generate(pair.target, load_eagle(pair.target), text, shape=shape,
+                                           max_new_tokens=20, eos_token_id=None)
+        assert result.new_token_list == greedy_tokens(pair.target, text, 20), shape
 
 
 def test_the_embedded_target_drafts_a_tree_up_to_its_context(embedded_pair, encoded_prompts):

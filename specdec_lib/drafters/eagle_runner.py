@@ -16,7 +16,8 @@ token, so here the step is written out once, over the module's own weights:
 
 Rolling back past rejected drafts is moving the length pointer (`crop`), as in `specdec_lib.core.caches`'
 pre-allocated cache. A token tree's nodes (`forward` with ``tree``) sit after the cached pairs in feeding order, each
-at the position of its depth and seeing only its ancestors (`specdec_lib.core.trees.tree_attention_mask`). The weights are read from the module when the runner is made (`EagleDrafter.begin` makes one
+at the position of its depth and seeing only its ancestors (`specdec_lib.core.trees.tree_attention_mask`); near the
+end of the context they take more slots than positions are left, and the storage grows to hold them. The weights are read from the module when the runner is made (`EagleDrafter.begin` makes one
 per generation), so a module that was trained since is run with its new weights. Training keeps
 `EagleModule.forward` (it needs arbitrary positions and masks for training-time test); a test checks the two agree.
 """
@@ -64,10 +65,13 @@ class EagleRunner:
         whose root is the cached pair at ``root`` (the nodes before them cached right after it)."""
         start, new = self.length, next_ids.shape[0]
         end = start + new
-        if end > self.max_length:
+        if tree is None and end > self.max_length:  # a chain's slots are its positions
             raise ContextOverflowError(
                 f"Cannot draft {new} more positions after {start}: this generation's EAGLE storage holds "
                 f"{self.max_length}. Generate fewer tokens or a shorter draft.")
+        if end > self.keys.shape[2]:  # tree nodes: slots beyond the positions (theirs are root + depth)
+            pad = self.keys.new_zeros(*self.keys.shape[:2], end - self.keys.shape[2], self.keys.shape[3])
+            self.keys, self.values = torch.cat([self.keys, pad], dim=2), torch.cat([self.values, pad], dim=2)
         module, layer = self.module, self.layer
         embedded = module.embed_tokens(next_ids).to(features.dtype)
         hidden = module.fc(torch.cat([embedded, features], dim=-1))[None]  # [1, T, D]
