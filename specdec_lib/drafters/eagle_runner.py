@@ -17,8 +17,9 @@ token, so here the step is written out once, over the module's own weights:
 Rolling back past rejected drafts is moving the length pointer (`crop`), as in `specdec_lib.core.caches`'
 pre-allocated cache. A token tree's nodes (`forward` with ``tree``) sit after the cached pairs in feeding order, each
 at the position of its depth and seeing only its ancestors (`specdec_lib.core.trees.tree_attention_mask`); near the
-end of the context they take more slots than positions are left, and the storage grows to hold them. The weights are read from the module when the runner is made (`EagleDrafter.begin` makes one
-per generation), so a module that was trained since is run with its new weights. Training keeps
+end of the context they take more slots than positions are left, and the storage grows to hold them. The weights
+are read from the module when the runner is made (`EagleDrafter.begin` makes one per generation), so a module that
+was trained since is run with its new weights. Training keeps
 `EagleModule.forward` (it needs arbitrary positions and masks for training-time test); a test checks the two agree.
 """
 
