@@ -171,7 +171,7 @@ def _count_numbers(runs: list[Run], counts: dict[str, int], method: Method) -> d
     }
 
 
-def _baseline_forward_seconds(runs: list[list[Run]]) -> float | None:
+def baseline_forward_seconds(runs: list[list[Run]]) -> float | None:
     """Median seconds of one target forward of the baseline: its rounds after the first (the prompt's forward)."""
     times = [record.verify_time for repeat in runs for run in repeat if run.result for record in run.result.trace.rounds[1:]]
     return _median(times)
@@ -240,7 +240,7 @@ def build_report(measurements: Measurements) -> Report:
     base_runs = measurements.timed[baseline.key]
     repeats = len(base_runs)
     base_tps = [_tokens_per_second(base_runs[r]) for r in range(repeats)]
-    target_seconds = _baseline_forward_seconds(base_runs)
+    target_seconds = baseline_forward_seconds(base_runs)
 
     rows: list[dict] = []
     raw: dict[str, dict] = {}

@@ -36,7 +36,7 @@ from ..core.trees import DynamicTree, TreeShape
 from .cli import machine_info, parse_gammas, write_json
 from .methods import Autoregressive, GenerationSpec, Method, Speculative, resolve_eos
 from .protocol import measure
-from .report import build_report
+from .report import baseline_forward_seconds, build_report
 
 DEFAULT_SHAPES = ("2,1,1,1,1,1 2,2,1,1,1,1 dynamic:7,4,16 dynamic:10,2,16 dynamic:10,2,8,0.3 dynamic:10,2,12,0.3 "
                   "dynamic:10,2,16,0.3 dynamic:10,2,24,0.3")
@@ -118,9 +118,7 @@ def tree_rows(pair, prompt_ids: Sequence[torch.Tensor], shapes: Sequence[TreeSha
     nodes_of = [method.shape.size if isinstance(method, TreeSpeculative) else method.gamma or 0 for method in methods]
     # what verifying each tree or chain costs: a target forward over its nodes + 1 positions, over one position
     costs = interleaved_forward_costs({nodes: (pair.target, context, nodes + 1) for nodes in {0, *nodes_of}}, repeats=10)
-    baseline = measurements.timed[methods[0].key]
-    forward = statistics.median(record.verify_time for repeat in baseline for run in repeat if run.result
-                                for record in run.result.trace.rounds[1:])
+    forward = baseline_forward_seconds(measurements.timed[methods[0].key])
     rows = []
     for method, nodes, row in zip(methods, nodes_of, build_report(measurements).rows):  # speed, acceptance, identity
         rows.append({

@@ -47,8 +47,7 @@ class Settings:
     or ``"relaxed"`` (with ``lenience``; NOT distribution-preserving); ``tree``: draft a token tree of this shape,
     static (`TreeShape`) or grown by the drafter's confidence (`DynamicTree`), one row; ``cache_kind``: the
     target's KV cache (``"dynamic"``, ``"preallocated"``, or ``"none"``: no cache, every forward re-reads the whole
-    sequence); ``disable_by_batch_size``: draft only while at most that many rows
-    are active (None: always)."""
+    sequence); ``disable_by_batch_size``: draft only while at most that many rows are active (None: always)."""
 
     max_new_tokens: int
     gamma: int = 0

@@ -134,20 +134,21 @@ def best_budget(tokens_per_round: Mapping[int, float], verify_costs: Mapping[int
     if not tokens_per_round:
         raise ConfigError("tokens_per_round is empty: give the tokens per round of at least one budget.")
     measured = sorted(verify_costs.items())
+    if not measured:
+        raise ConfigError("verify_costs is empty: give v(n) for n = 1 and for budget + 1 of every budget.")
     for n, v in measured:
         check_count("a verify_costs width n", n, minimum=1, hint="n counts the positions a forward reads.")
         _check_verify_cost(v)
     check_number("draft_cost", draft_cost, minimum=0, hint="Drafting costs a non-negative share of a forward.")
 
     def v_at(n: int) -> float:
-        if not measured[0][0] <= n <= measured[-1][0]:
-            raise ConfigError(f"verify_costs covers n = {measured[0][0]} .. {measured[-1][0]}; budget {n - 1} needs "
-                              f"v({n}): measure a forward of {n} positions too.")
-        below = max((point for point in measured if point[0] <= n), key=lambda point: point[0])
-        above = min((point for point in measured if point[0] >= n), key=lambda point: point[0])
-        if above[0] == below[0]:
-            return below[1]
-        return below[1] + (above[1] - below[1]) * (n - below[0]) / (above[0] - below[0])
+        if n in verify_costs:
+            return verify_costs[n]
+        for (low, v_low), (high, v_high) in zip(measured, measured[1:]):
+            if low < n < high:
+                return v_low + (v_high - v_low) * (n - low) / (high - low)
+        raise ConfigError(f"verify_costs covers n = {measured[0][0]} .. {measured[-1][0]}; budget {n - 1} needs "
+                          f"v({n}): measure a forward of {n} positions too.")
 
     rates = {}
     for budget, tokens in sorted(tokens_per_round.items()):

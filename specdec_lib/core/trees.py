@@ -100,9 +100,8 @@ class DynamicTree:
     accepts the whole path. EAGLE-2 scores with the drafter's own softmax (``temperature = 1``); a drafter whose
     drafts are accepted more often than its q says (an underconfident one) wastes the budget on shallow second
     choices; a temperature below 1 sharpens the scores towards its first choices (notebook 07 compares 1 with 0.3
-    for the EAGLE layer). The scores only choose
-    which nodes to draft: verification treats them as point masses, so any temperature keeps the output exact.
-    `grow_tree` builds it level by level:
+    for the EAGLE layer). The scores only choose which nodes to draft: verification treats them as point masses,
+    so any temperature keeps the output exact. `grow_tree` builds it level by level:
 
     - depth 1: the root's ``top_k`` most likely children;
     - depth d = 2 .. ``depth``: the ``top_k`` best-scored nodes of depth d - 1 are *expanded* (fed to the drafter,
@@ -138,7 +137,7 @@ class DynamicTree:
     @property
     def candidates(self) -> int:
         """Nodes grown before the rerank: ``top_k + (depth - 1) * top_k ** 2``."""
-        return self.top_k + (self.depth - 1) * self.top_k ** 2
+        return _candidates(self.depth, self.top_k)
 
     @property
     def size(self) -> int:
@@ -148,8 +147,7 @@ class DynamicTree:
     def cut(self, depth: int) -> "DynamicTree":
         """The same tree down to ``depth`` at most, its budget cut to what that depth can grow."""
         depth = min(self.depth, depth)
-        return DynamicTree(depth, self.top_k, min(self.budget, self.top_k + (depth - 1) * self.top_k ** 2),
-                           self.temperature)
+        return DynamicTree(depth, self.top_k, min(self.budget, _candidates(depth, self.top_k)), self.temperature)
 
     @property
     def is_chain(self) -> bool:
@@ -161,6 +159,11 @@ class DynamicTree:
         """The most nodes a round places in a cache: the target's reads ``budget``, the drafter's holds the
         ``(depth - 1) * top_k`` nodes it expanded, which the rerank may drop."""
         return max(self.budget, (self.depth - 1) * self.top_k)
+
+
+def _candidates(depth: int, top_k: int) -> int:
+    """Nodes a `DynamicTree` of ``depth`` and ``top_k`` grows before its rerank."""
+    return top_k + (depth - 1) * top_k ** 2
 
 
 def check_tree_kind(shape: object) -> None:
@@ -197,8 +200,7 @@ def grow_tree(shape: "TreeShape | DynamicTree", root_logits: torch.Tensor, feed)
     temperature = shape.temperature if dynamic else 1.0
     tokens: list[int] = []
     parents: list[int] = []  # over the grown nodes
-    scores: list[float] = []
-    depths: list[int] = []
+    scores: list[float] = []  # nodes are grown depth by depth: a node's index orders it after its ancestors
     fed: dict[int, int] = {}  # grown node -> its place among the fed nodes
     fed_parents: list[int] = []  # the fed nodes' tree (-1: the root)
     expanding, level_logits = [-1], root_logits[None]  # the nodes to expand and their logits [n, V]
@@ -215,7 +217,6 @@ def grow_tree(shape: "TreeShape | DynamicTree", root_logits: torch.Tensor, feed)
                 tokens.append(token)
                 parents.append(node)
                 scores.append(base + value)
-                depths.append(depth)
         if depth == shape.depth:
             break
         expanding = sorted(level, key=lambda i: -scores[i])[: shape.top_k] if dynamic else level
@@ -228,9 +229,8 @@ def grow_tree(shape: "TreeShape | DynamicTree", root_logits: torch.Tensor, feed)
                             tuple(fed_parents), first)
         forwards += 1
     kept = range(len(tokens))
-    if dynamic:  # the rerank: best score first, a parent before its child on a tie
-        kept = sorted(sorted(kept, key=lambda i: (-scores[i], depths[i], i))[: shape.budget],
-                      key=lambda i: (depths[i], i))
+    if dynamic:  # the rerank: best score first, a parent (a smaller index) before its child on a tie
+        kept = sorted(sorted(kept, key=lambda i: (-scores[i], i))[: shape.budget])
     place = {node: index for index, node in enumerate(kept)}
     return GrownTree(torch.tensor([tokens[i] for i in kept], dtype=torch.long, device=root_logits.device),
                      tuple(-1 if parents[i] < 0 else place[parents[i]] for i in kept),

@@ -14,8 +14,9 @@ A token tree of shape ``(b_1, .., b_D)`` (SpecInfer, EAGLE-1's static trees): th
 tokens, each continued by its ``b_2`` best, and so on; or a `DynamicTree` (EAGLE-2), which expands only the
 best-scored nodes of each depth and keeps a budget of them (`specdec_lib.core.trees.grow_tree` grows both). One
 forward per depth feeds that depth's expanded nodes with the tree attention mask, so a tree of depth D costs D
-forwards like a chain of D drafts, whatever its width. The deepest nodes are never fed. Candidates are deterministic (the top-b), so they are verified as point masses (``probs``
-None), which keeps the target's distribution exactly under sampling. A chain-shaped tree ``(1, .., 1)`` is drafted
+forwards like a chain of D drafts, whatever its width. The deepest nodes are never fed. Candidates are
+deterministic (the top-b or top-k), so they are verified as point masses (``probs`` None), which keeps the
+target's distribution exactly under sampling. A chain-shaped tree ``(1, .., 1)`` is drafted
 and verified as the chain it is (greedy drafts, point masses): no tree mask, no compaction.
 """
 
@@ -80,7 +81,8 @@ class DraftModelDrafter(Drafter):
         self.vocab_size = self.state.vocab_size
         self.target_vocab_size = self.vocab_size
         self._check_ids = True
-        self._tree_start, self._fed = 0, ()  # the committed length when the last tree was drafted; where its nodes were fed
+        self._tree_start = 0  # the committed length when the last tree was drafted
+        self._fed: tuple[int, ...] = ()  # where each of its nodes was fed in the cache (-1: never)
 
     @classmethod
     def for_pair(cls, pair: ModelPair, **options) -> "DraftModelDrafter":

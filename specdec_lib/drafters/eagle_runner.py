@@ -19,8 +19,8 @@ pre-allocated cache. A token tree's nodes (`forward` with ``tree``) sit after th
 at the position of its depth and seeing only its ancestors (`specdec_lib.core.trees.tree_attention_mask`); near the
 end of the context they take more slots than positions are left, and the storage grows to hold them. The weights
 are read from the module when the runner is made (`EagleDrafter.begin` makes one per generation), so a module that
-was trained since is run with its new weights. Training keeps
-`EagleModule.forward` (it needs arbitrary positions and masks for training-time test); a test checks the two agree.
+was trained since is run with its new weights. Training keeps `EagleModule.forward` (it needs arbitrary positions
+and masks for training-time test); a test checks the two agree.
 """
 
 import torch
