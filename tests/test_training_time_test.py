@@ -12,7 +12,9 @@ steps exactly as it drafts them (training-time test).
   the loss weights, the training length and the folder are options too, and the report records the command that
   reproduces it;
 - ``python -m specdec_tools.training.eagle_ablation --quick`` trains the four variants (last layer or fused, one step
-  or several) alike, and the shipped ablation's JSON holds those four, differing in nothing else.
+  or several) alike, and the shipped ablation's JSON holds those four, differing in nothing else;
+- ``--scaling`` trains every design of the scaling curve on nested prefixes of one data set, with the same windows
+  and steps per point, and the stored curve was made that way from the shipped EAGLE-3 layer's recipe.
 """
 
 import json
@@ -171,6 +173,58 @@ def test_the_shipped_ablation_differs_only_in_the_two_changes():
               if key not in ("eagle_feature_layers", "eagle_test_steps", "kinds")}
     assert shared == {key: value for key, value in json.loads(json.dumps(asdict(eagle_ablation.ABLATION_SPEC))).items()
                       if key in shared}
+
+
+def assert_scaling_shape(result: dict, eagle_ablation) -> None:
+    """Every design at every point, measured at the curve's gamma; steps and tokens grow with the windows."""
+    designs = eagle_ablation.SCALING_DESIGNS
+    windows = [point["train_windows"] for point in result["points"]]
+    assert windows == sorted(set(windows)) and len(windows) >= 2
+    for point in result["points"]:
+        assert point["steps"] == max(1, point["train_windows"] * result["epochs"] // result["recipe"]["batch_windows"])
+        assert point["train_tokens"] == point["train_windows"] * result["recipe"]["window"]
+        assert list(point["runs"]) == list(designs)
+        for name, run in point["runs"].items():
+            layers, steps, regression = designs[name]
+            assert (tuple(run["feature_layers"]), run["test_steps"], run["regression_weight"]) == (layers, steps, regression)
+            assert 0 <= run["alpha"] <= 1 and len(run["per_position_acceptance"]) == result["gamma"]
+
+
+def test_the_scaling_curve_trains_every_design_on_nested_data(tmp_path):
+    from specdec_tools.training import eagle_ablation
+
+    eagle_ablation.main(["--scaling", "--quick", "--out", str(tmp_path / "ablation.json")])
+    result = json.loads((tmp_path / eagle_ablation.SCALING_FILE).read_text())
+    assert_scaling_shape(result, eagle_ablation)
+    assert len(result["points"]) == 2 and result["total_seconds"] > 0
+
+
+def test_a_prefix_of_the_data_is_recorded_as_made_for_its_size():
+    from specdec_tools.training.eagle_ablation import prefix_data
+    from specdec_tools.training.head_data import FeatureData
+
+    data = FeatureData(folder=None, target=None, tokenizer=None, windows=torch.arange(12).view(4, 3),
+                       val=torch.zeros(1, 3), features=torch.ones(4, 2, 5), val_features=torch.ones(1, 2, 5),
+                       layers=(-1,), source={"train_windows": 4, "seed": 1}, report={})
+    part = prefix_data(data, 2)
+    assert torch.equal(part.windows, data.windows[:2]) and part.features.shape == (2, 2, 5)
+    assert part.source == {"train_windows": 2, "seed": 1} and part.val is data.val
+    for bad in (0, 5):
+        with pytest.raises(ConfigError, match="training windows"):
+            prefix_data(data, bad)
+
+
+def test_the_stored_scaling_curve_follows_the_shipped_recipe():
+    """The stored curve: every design at every point, with the shipped EAGLE-3 layer's data, window and loss."""
+    from specdec_lib.core.paths import data_dir
+    from specdec_tools.training import eagle_ablation
+
+    result = json.loads((data_dir() / "models" / eagle_ablation.SCALING_FILE).read_text())
+    assert_scaling_shape(result, eagle_ablation)
+    assert [point["train_windows"] for point in result["points"]] == list(eagle_ablation.SCALING_WINDOWS)
+    shipped = json.loads((data_dir() / "models" / result["shipped_folder"] / "training_report.json").read_text())
+    for field in ("window", "train_text", "batch_windows", "learning_rate", "seed", "eagle_intermediate"):
+        assert result["recipe"][field] == shipped["spec"][field], field
 
 
 def test_a_refused_option_is_one_line_at_the_shell(monkeypatch, capsys):

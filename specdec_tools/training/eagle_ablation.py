@@ -23,6 +23,15 @@ layer (``data/models/eagle3``) was trained longer, on more and other data. To te
 its budget buys, ``--control`` trains an EAGLE-1 layer (last layer, one step) with everything else of the shipped
 layer's recipe (read from its report: data, steps, loss) and writes both layers' numbers side by side to
 ``data/models/eagle3_control.json``.
+
+**The scaling curve** (``--scaling``): EAGLE-3's central claim is that its acceptance keeps growing with training
+data where EAGLE-1's saturates. ``--scaling`` trains the designs of `SCALING_DESIGNS` (EAGLE-1; EAGLE-3 with this
+layer's loss; EAGLE-3 as published, without the feature regression) at each data size of `SCALING_WINDOWS`: the
+first W of the shipped layers' target-written windows (one feature pass of the largest size, every smaller set a
+prefix of it), each for `SCALING_EPOCHS` passes over its W windows, so both the data and the optimiser steps grow
+with W and every design gets the same windows and steps at a point. Each run reads alpha and the per-position
+acceptance at gamma `SCALING_GAMMA` on the code prompts (held out from training) and its training seconds (an
+unrolled step costs about three single steps); ``data/models/eagle_scaling.json``, read by notebook 05.
 """
 
 from __future__ import annotations
@@ -35,12 +44,17 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 from specdec_lib.core.devices import torch_threads
+from specdec_lib.core.errors import ConfigError
 from specdec_lib.core.paths import REPO_DATA_DIR
-from .head_data import feature_data
+from .head_data import FeatureData, feature_data
 from .heads import EAGLE_KIND, FULL, QUICK, REPORT_FILE, HeadsSpec, train_heads
 
 ABLATION_FILE = "eagle_ablation.json"
 CONTROL_FILE = "eagle3_control.json"
+SCALING_FILE = "eagle_scaling.json"
+SCALING_WINDOWS = (384, 768, 1536, 3072)  # training windows per point (the largest: the shipped layers' data)
+SCALING_EPOCHS = 3  # passes over a point's windows: optimiser steps = W x epochs / windows per step
+SCALING_GAMMA = 5
 ABLATION_GAMMA = 3
 FUSED_LAYERS = (4, 12, -1)  # EAGLE-3's low, middle and last layer of the 24-layer target
 TEST_STEPS = 3
@@ -58,9 +72,9 @@ def variants(spec: HeadsSpec, fused: tuple[int, ...], test_steps: int) -> dict[s
             for steps in (1, test_steps)}
 
 
-def summarise(report: dict) -> dict:
-    """The numbers the ablation compares, from one EAGLE training report."""
-    acceptance = report["acceptance"][str(ABLATION_GAMMA)]
+def summarise(report: dict, gamma: int = ABLATION_GAMMA) -> dict:
+    """The numbers the ablation compares, from one EAGLE training report (acceptance at ``gamma``)."""
+    acceptance = report["acceptance"][str(gamma)]
     spec = report["spec"]
     return {"feature_layers": spec["eagle_feature_layers"], "test_steps": spec["eagle_test_steps"],
             "alpha": acceptance["alpha"], "per_position_acceptance": acceptance["per_position_acceptance"],
@@ -105,6 +119,47 @@ def run_control(shipped_folder: Path, target_folder: Path, quick: bool = False) 
                                            + report["measure_seconds"], 1)}
 
 
+#: (feature layers, unrolled training steps, feature-regression weight) of each design on the scaling curve.
+SCALING_DESIGNS = {"EAGLE-1": ((-1,), 1, 1.0), "EAGLE-3, this layer's loss": (FUSED_LAYERS, TEST_STEPS, 1.0),
+                   "EAGLE-3, no feature regression": (FUSED_LAYERS, TEST_STEPS, 0.0)}
+
+
+def prefix_data(data: FeatureData, windows: int) -> FeatureData:
+    """``data`` cut to its first ``windows`` training windows (validation unchanged), recorded as made for that many:
+    a smaller data set drawn the same way (the windows are in random order)."""
+    if not 0 < windows <= len(data.windows):
+        raise ConfigError(f"Cannot take {windows} of {len(data.windows)} training windows: pick 1 .. {len(data.windows)}.")
+    return replace(data, windows=data.windows[:windows], features=data.features[:windows],
+                   source={**data.source, "train_windows": windows})
+
+
+def run_scaling(shipped_folder: Path, target_folder: Path, sizes: tuple[int, ...] = SCALING_WINDOWS,
+                epochs: int = SCALING_EPOCHS, quick: bool = False) -> dict:
+    """Train every `SCALING_DESIGNS` design at every data size in ``sizes`` (module docstring) with the rest of the
+    recipe of the layer in ``shipped_folder`` (``quick``: `QUICK`'s) and summarise each run."""
+    shipped = json.loads((Path(shipped_folder) / REPORT_FILE).read_text())
+    recipe = replace(QUICK if quick else spec_of(shipped), kinds=(EAGLE_KIND,), eagle_gammas=(SCALING_GAMMA,),
+                     train_windows=max(sizes))
+    with torch_threads(recipe.threads):
+        data = feature_data(recipe, target_folder, layers=FUSED_LAYERS)
+    points = []
+    with tempfile.TemporaryDirectory() as work:
+        for windows in sizes:
+            steps = max(1, windows * epochs // recipe.batch_windows)
+            runs = {}
+            for name, (layers, test_steps, regression) in SCALING_DESIGNS.items():
+                print(f"--- {windows} windows, {steps} steps: {name}", flush=True)
+                spec = replace(recipe, train_windows=windows, eagle_steps=steps, eagle_feature_layers=layers,
+                               eagle_test_steps=test_steps, eagle_regression_weight=regression)
+                report = train_heads(spec, Path(work) / f"{windows}-{len(runs)}", target_folder,
+                                     data=prefix_data(data, windows))[EAGLE_KIND]
+                runs[name] = summarise(report, SCALING_GAMMA) | {"regression_weight": regression}
+            points.append({"train_windows": windows, "train_tokens": windows * recipe.window, "steps": steps,
+                           "runs": runs})
+    return {"recipe": asdict(recipe), "shipped_folder": Path(shipped_folder).name, "gamma": SCALING_GAMMA,
+            "epochs": epochs, "feature_seconds": data.report["data"]["feature_seconds"], "points": points}
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m specdec_tools.training.eagle_ablation", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -114,14 +169,24 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--control", action="store_true",
                         help=f"train the EAGLE-1 control of the shipped EAGLE-3 layer instead (writes {CONTROL_FILE} "
                              "beside --out's folder)")
+    parser.add_argument("--scaling", action="store_true",
+                        help=f"train the scaling curve instead (writes {SCALING_FILE} beside --out's folder)")
     parser.add_argument("--shipped", type=Path, default=REPO_DATA_DIR / "models" / "eagle3",
-                        help="with --control: the layer whose recipe the control copies (default: data/models/eagle3)")
+                        help="with --control or --scaling: the layer whose recipe they copy (default: data/models/eagle3)")
     args = parser.parse_args(argv)
     if args.control:
         result = run_control(args.shipped, args.target, args.quick)
         _write(args.out.parent / CONTROL_FILE, result, {name: result[name] for name in ("shipped", "control")})
         return
     started = time.perf_counter()
+    if args.scaling:
+        sizes = (QUICK.train_windows // 2, QUICK.train_windows) if args.quick else SCALING_WINDOWS
+        result = run_scaling(args.shipped, args.target, sizes, quick=args.quick)
+        result["total_seconds"] = round(time.perf_counter() - started, 1)
+        _write(args.out.parent / SCALING_FILE, result,
+               {f"{point['train_windows']} windows, {name}": run for point in result["points"]
+                for name, run in point["runs"].items()})
+        return
     result = run_ablation(QUICK if args.quick else ABLATION_SPEC, args.target, FUSED_LAYERS, TEST_STEPS)
     result["total_seconds"] = round(time.perf_counter() - started, 1)
     _write(args.out, result, result["runs"])
