@@ -930,3 +930,41 @@ def test_the_tree_bench_explains_a_bad_shape(text):
 
     with pytest.raises(argparse.ArgumentTypeError, match="--shapes"):
         parse_shapes(text)
+
+
+def test_the_temperature_fit_counts_each_temperature_on_its_own_prompts(pair, tmp_path):
+    """The fit's counts are those of the trees it names, and the bench times only the prompts the fit never saw."""
+    from specdec_lib import DraftModelDrafter, DynamicTree, tree_speculative_generate
+    from specdec_lib.bench.trees import calibrate_temperature, main
+
+    drafter = DraftModelDrafter.for_pair(pair)
+    shape = DynamicTree(3, 2, 4)
+    counts = calibrate_temperature(pair.target, drafter, PROMPTS[:1], shape, [1.0, 0.2], max_new_tokens=8)
+    cold = tree_speculative_generate(pair.target, drafter, PROMPTS[0], shape=DynamicTree(3, 2, 4, 0.2),
+                                     max_new_tokens=8)
+    assert set(counts) == {1.0, 0.2} and counts[0.2] == pytest.approx(tokens_per_target_forward(cold.trace))
+    out = tmp_path / "trees.json"
+    assert main(["--drafter", "draft-model", "--shapes", "dynamic:3,2,4", "--gammas", "2", "--prompts", "1",
+                 "--max-new-tokens", "6", "--repeats", "1", "--calibrate", "dynamic:3,2,4", "--temperatures", "1,0.5",
+                 "--no-progress", "--json", str(out)]) == 0
+    stored = json.loads(out.read_text())
+    assert stored["settings"]["prompts"] == 1 and stored["calibration"]["prompts"] == 1
+    assert stored["calibration"]["best_temperature"] in (1.0, 0.5)
+
+
+@pytest.mark.parametrize("text", ["", "0", "-1", "a", "1,,2", "inf"])
+def test_the_temperature_fit_explains_a_bad_temperature(text):
+    import argparse
+
+    from specdec_lib.bench.trees import parse_temperatures
+
+    with pytest.raises(argparse.ArgumentTypeError, match="positive temperatures"):
+        parse_temperatures(text)
+
+
+def test_the_temperature_fit_refuses_a_static_tree():
+    from specdec_lib.bench.trees import main
+    from specdec_lib.core.errors import SpecdecError
+
+    with pytest.raises(SpecdecError, match="one dynamic tree"):
+        main(["--calibrate", "2,2", "--prompts", "1", "--repeats", "1", "--no-progress"])

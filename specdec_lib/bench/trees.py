@@ -9,6 +9,10 @@ the same protocol as ``python -m specdec_lib bench`` (one warm-up pass, interlea
 model. Greedy, so every row must emit the baseline's tokens (``identical``). A tree pays where its extra tokens per
 forward outgrow the extra cost of verifying its nodes; for each depth and top-k of the dynamic trees, the budget
 `specdec_lib.core.theory.best_budget` picks from the measured v(n) is printed beside the fastest one measured.
+
+``--calibrate dynamic:D,K,B`` first fits the temperature of `DynamicTree(D, K, B)`: the tokens per target forward it gets at
+each of ``--temperatures``, counted (not timed) on the ``--prompts`` prompts that follow the bench's, so the fit
+never sees the prompts it is judged on.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from ..core.theory import best_budget
 from ..loading import load_pair
 from ..prompts import TASKS, encode_prompts, load_prompts
 from ..core.result import GenerationResult
+from ..core.trace import Trace, tokens_per_target_forward
 from .model_measures import interleaved_forward_costs
 from ..decoders import tree_speculative_generate
 from ..core.trees import DynamicTree, TreeShape
@@ -42,6 +47,7 @@ DEFAULT_SHAPES = ("2,1,1,1,1,1 2,2,1,1,1,1 dynamic:7,4,16 dynamic:10,2,16 dynami
                   "dynamic:10,2,16,0.3 dynamic:10,2,24,0.3")
 DEFAULT_GAMMAS = "5,7,9,12"
 DRAFTERS = ("eagle", "draft-model")
+DEFAULT_TEMPERATURES = "1,0.5,0.3,0.2,0.1"
 
 
 def shape_key(shape: TreeShape | DynamicTree) -> str:
@@ -158,6 +164,21 @@ def budget_choices(shapes: Sequence[TreeShape | DynamicTree], rows: Sequence[dic
     return choices
 
 
+def calibrate_temperature(target, drafter: Drafter, prompt_ids: Sequence[torch.Tensor], shape: DynamicTree,
+                          temperatures: Sequence[float], max_new_tokens: int) -> dict[float, float]:
+    """``{temperature: tokens per target forward}`` of ``shape`` at each of ``temperatures``, pooled over greedy runs
+    on ``prompt_ids``: the temperature that scores the drafter's candidates best is the one whose trees the target
+    accepts deepest, and acceptance is a count, the same on any clock."""
+    counts = {}
+    for temperature in temperatures:
+        tree = DynamicTree(shape.depth, shape.top_k, shape.budget, temperature)
+        runs = [tree_speculative_generate(target, drafter, ids, shape=tree, max_new_tokens=max_new_tokens)
+                for ids in prompt_ids]
+        counts[temperature] = tokens_per_target_forward(
+            Trace(start_time=0.0, rounds=[record for run in runs for record in run.trace.rounds]))
+    return counts
+
+
 def format_rows(rows: Sequence[dict]) -> str:
     lines = [f"{'method':40} {'nodes':>5} {'verify cost':>11} {'draft cost':>10} {'tokens/forward':>14} "
              f"{'mean acc len':>12} {'tokens/s':>9} {'speed-up':>8}  identical"]
@@ -184,6 +205,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--device", default=None, help="cpu, cuda, ... (default: get_device(), SPECDEC_DEVICE)")
+    parser.add_argument("--calibrate", type=parse_shapes, default=None, metavar="dynamic:D,K,B",
+                        help="first fit the temperature of DynamicTree(D, K, B) on the prompts after the bench's")
+    parser.add_argument("--temperatures", type=parse_temperatures, default=parse_temperatures(DEFAULT_TEMPERATURES),
+                        help=f"with --calibrate: the temperatures tried (default: {DEFAULT_TEMPERATURES})")
     parser.add_argument("--json", type=Path, default=None, metavar="PATH")
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
@@ -191,8 +216,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     device = get_device(args.device)
     pair = load_pair("embedded", device=device)
-    prompts = load_prompts(args.task, limit=args.prompts)
+    prompts = load_prompts(args.task, limit=2 * args.prompts if args.calibrate else args.prompts)
     prompt_ids = encode_prompts(pair.target_tokenizer, [p.prompt for p in prompts], device)
+    calibration = None
+    if args.calibrate:
+        calibration = calibrate(pair, prompt_ids[args.prompts :], args)
+        prompt_ids = prompt_ids[: args.prompts]
     rows = tree_rows(pair, prompt_ids, args.shapes, gammas=args.gammas, drafter=args.drafter,
                      max_new_tokens=args.max_new_tokens, repeats=args.repeats, progress=not args.no_progress)
     choices = budget_choices(args.shapes, rows)
@@ -201,6 +230,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "repeats": args.repeats, "drafter": args.drafter, "gammas": list(args.gammas),
                 "shapes": [shape_key(s) for s in args.shapes], "decoding": "greedy"}
     print(format_rows(rows))
+    if calibration:
+        print(f"calibration of {calibration['shape']} on {calibration['prompts']} other {args.task} prompts, tokens per "
+              "target forward by temperature: " + ", ".join(
+                  f"{t:g}: {c:.2f}" for t, c in calibration["tokens_per_target_forward"].items())
+              + f"; best {calibration['best_temperature']:g}")
     for choice in choices:
         print(f"dynamic trees of depth {choice['depth']}, top_k {choice['top_k']}, temperature "
               f"{choice['temperature']:g}: the budget v(n) picks "
@@ -212,9 +246,36 @@ def main(argv: Sequence[str] | None = None) -> int:
           "context); draft cost: a round's median drafting time / the baseline's median forward; speed-up: median "
           "over repeats of the baseline's seconds / the row's, same prompts")
     if args.json is not None:
-        write_json(args.json, {"settings": settings, "machine": machine, "rows": rows, "budget_choices": choices})
+        write_json(args.json, {"settings": settings, "machine": machine, "rows": rows, "budget_choices": choices,
+                               **({"calibration": calibration} if calibration else {})})
         print(f"wrote {args.json}")
     return 0
+
+
+def parse_temperatures(text: str) -> list[float]:
+    """``"1,0.5,0.3"`` -> [1.0, 0.5, 0.3]; each must be a positive number."""
+    try:
+        values = [float(part) for part in text.split(",")]
+    except ValueError:
+        values = []
+    if not values or not all(0 < value < float("inf") for value in values):
+        raise argparse.ArgumentTypeError(f"{text!r}: give positive temperatures separated by commas, e.g. 1,0.5,0.3")
+    return values
+
+
+def calibrate(pair, prompt_ids: Sequence[torch.Tensor], args: argparse.Namespace) -> dict:
+    """Run `calibrate_temperature` for ``args.calibrate``'s one dynamic tree with ``args``' drafter, length and
+    temperatures; the record the JSON stores."""
+    shapes = args.calibrate
+    if len(shapes) != 1 or not isinstance(shapes[0], DynamicTree):
+        raise SpecdecError("--calibrate takes one dynamic tree, dynamic:D,K,B (depth, top_k, budget), not "
+                           + " ".join(map(shape_key, shapes)) + ".")
+    if not prompt_ids:
+        raise SpecdecError(f"--calibrate needs {args.task} prompts beyond the bench's {args.prompts}: lower --prompts.")
+    drafter = load_eagle(pair.target) if args.drafter == "eagle" else DraftModelDrafter.for_pair(pair)
+    counts = calibrate_temperature(pair.target, drafter, prompt_ids, shapes[0], args.temperatures, args.max_new_tokens)
+    return {"shape": shape_key(shapes[0]), "prompts": len(prompt_ids), "tokens_per_target_forward": counts,
+            "best_temperature": max(counts, key=counts.get)}
 
 
 if __name__ == "__main__":  # pragma: no cover

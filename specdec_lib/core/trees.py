@@ -286,10 +286,20 @@ def tree_attention_mask(parents: Sequence[int], root_position: int, first: int =
     to both the eager and the SDPA attention. Verification reads the whole tree (``first = 0``, the root is the
     last committed token); a drafter grows it depth by depth (``first`` = the nodes already fed, plus the root).
     """
-    rows = ancestor_matrix(parents)[first:]  # [N + 1 - first, N + 1]
-    visible = torch.cat([torch.ones(rows.shape[0], root_position, dtype=torch.bool), rows], dim=1)
-    mask = torch.zeros(visible.shape, dtype=dtype).masked_fill(~visible, torch.finfo(dtype).min)
-    return mask.view(1, 1, *visible.shape).to(device)
+    check_parents(parents)
+    count = len(parents)
+    rows, columns = [], []  # the (row, column) of every node-to-ancestor-or-itself entry: `ancestor_matrix`'s
+    for row, position in enumerate(range(first, count + 1)):  # rows, built for the new nodes alone
+        node = position - 1
+        while node >= 0:
+            rows.append(row)
+            columns.append(root_position + 1 + node)
+            node = parents[node]
+    mask = torch.full((count + 1 - first, root_position + count + 1), torch.finfo(dtype).min, dtype=dtype,
+                      device=device)
+    mask[:, : root_position + 1] = 0  # the committed prefix and the root
+    mask[torch.tensor(rows, dtype=torch.long, device=device), torch.tensor(columns, dtype=torch.long, device=device)] = 0
+    return mask.view(1, 1, *mask.shape)
 
 
 def tree_position_ids(parents: Sequence[int], root_position: int, first: int = 0,
