@@ -10,9 +10,9 @@ model. Greedy, so every row must emit the baseline's tokens (``identical``). A t
 forward outgrow the extra cost of verifying its nodes; for each depth and top-k of the dynamic trees, the budget
 `specdec_lib.core.theory.best_budget` picks from the measured v(n) is printed beside the fastest one measured.
 
-``--calibrate dynamic:D,K,B`` first fits the temperature of `DynamicTree(D, K, B)`: the tokens per target forward it gets at
-each of ``--temperatures``, counted (not timed) on the ``--prompts`` prompts that follow the bench's, so the fit
-never sees the prompts it is judged on.
+``--calibrate dynamic:D,K,B`` first fits the temperature of `DynamicTree(D, K, B)`: the tokens per target forward
+it gets at each of ``--temperatures``, counted (not timed) on the ``--prompts`` prompts that follow the bench's, so
+the fit never sees the prompts it is judged on.
 """
 
 from __future__ import annotations
@@ -231,8 +231,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "shapes": [shape_key(s) for s in args.shapes], "decoding": "greedy"}
     print(format_rows(rows))
     if calibration:
-        print(f"calibration of {calibration['shape']} on {calibration['prompts']} other {args.task} prompts, tokens per "
-              "target forward by temperature: " + ", ".join(
+        print(f"calibration of {calibration['shape']} on {calibration['prompts']} other {args.task} prompts, "
+              "tokens per target forward by temperature: " + ", ".join(
                   f"{t:g}: {c:.2f}" for t, c in calibration["tokens_per_target_forward"].items())
               + f"; best {calibration['best_temperature']:g}")
     for choice in choices:

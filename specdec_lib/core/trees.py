@@ -298,7 +298,8 @@ def tree_attention_mask(parents: Sequence[int], root_position: int, first: int =
     mask = torch.full((count + 1 - first, root_position + count + 1), torch.finfo(dtype).min, dtype=dtype,
                       device=device)
     mask[:, : root_position + 1] = 0  # the committed prefix and the root
-    mask[torch.tensor(rows, dtype=torch.long, device=device), torch.tensor(columns, dtype=torch.long, device=device)] = 0
+    index = torch.tensor([rows, columns], dtype=torch.long, device=device)  # [2, entries]
+    mask[index[0], index[1]] = 0
     return mask.view(1, 1, *mask.shape)
 
 

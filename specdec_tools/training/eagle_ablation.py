@@ -128,7 +128,8 @@ def prefix_data(data: FeatureData, windows: int) -> FeatureData:
     """``data`` cut to its first ``windows`` training windows (validation unchanged), recorded as made for that many:
     a smaller data set drawn the same way (the windows are in random order)."""
     if not 0 < windows <= len(data.windows):
-        raise ConfigError(f"Cannot take {windows} of {len(data.windows)} training windows: pick 1 .. {len(data.windows)}.")
+        raise ConfigError(f"Cannot take {windows} of {len(data.windows)} training windows: pick 1 .. "
+                          f"{len(data.windows)}.")
     return replace(data, windows=data.windows[:windows], features=data.features[:windows],
                    source={**data.source, "train_windows": windows})
 
@@ -172,7 +173,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--scaling", action="store_true",
                         help=f"train the scaling curve instead (writes {SCALING_FILE} beside --out's folder)")
     parser.add_argument("--shipped", type=Path, default=REPO_DATA_DIR / "models" / "eagle3",
-                        help="with --control or --scaling: the layer whose recipe they copy (default: data/models/eagle3)")
+                        help="with --control or --scaling: the layer whose recipe they copy "
+                             "(default: data/models/eagle3)")
     args = parser.parse_args(argv)
     if args.control:
         result = run_control(args.shipped, args.target, args.quick)
