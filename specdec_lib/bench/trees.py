@@ -101,6 +101,11 @@ def parse_shapes(text: str) -> list[TreeShape | DynamicTree]:
     return shapes
 
 
+def load_drafter(pair, name: str) -> Drafter:
+    """The drafter ``name`` (one of `DRAFTERS`) for ``pair``'s target: the embedded EAGLE layer or the draft model."""
+    return load_eagle(pair.target) if name == "eagle" else DraftModelDrafter.for_pair(pair)
+
+
 def _draft_cost(method_runs, forward_seconds: float | None) -> float | None:
     """A round's drafting in one-token target forwards: the median ``draft_time`` of the rounds after each run's
     first that drafted, over the baseline's median forward."""
@@ -115,7 +120,7 @@ def tree_rows(pair, prompt_ids: Sequence[torch.Tensor], shapes: Sequence[TreeSha
     """Measure the baseline, a chain per gamma and every shape with one drafter; one dict per row (module
     docstring)."""
     spec = GenerationSpec(max_new_tokens, resolve_eos(pair))
-    one = load_eagle(pair.target) if drafter == "eagle" else DraftModelDrafter.for_pair(pair)  # chains and trees
+    one = load_drafter(pair, drafter)  # chains and trees
     methods: list[Method] = [Autoregressive(pair.target, spec)]
     methods += [Speculative(pair.target, one, gamma, spec) for gamma in gammas]
     methods += [TreeSpeculative(pair.target, one, shape, spec) for shape in shapes]
@@ -191,6 +196,32 @@ def format_rows(rows: Sequence[dict]) -> str:
     return "\n".join(lines)
 
 
+def parse_temperatures(text: str) -> list[float]:
+    """``"1,0.5,0.3"`` -> [1.0, 0.5, 0.3]; each must be a positive number."""
+    try:
+        values = [float(part) for part in text.split(",")]
+    except ValueError:
+        values = []
+    if not values or not all(0 < value < float("inf") for value in values):
+        raise argparse.ArgumentTypeError(f"{text!r}: give positive temperatures separated by commas, e.g. 1,0.5,0.3")
+    return values
+
+
+def calibrate(pair, prompt_ids: Sequence[torch.Tensor], args: argparse.Namespace) -> dict:
+    """Run `calibrate_temperature` for ``args.calibrate``'s one dynamic tree with ``args``' drafter, length and
+    temperatures; the record the JSON stores."""
+    shapes = args.calibrate
+    if len(shapes) != 1 or not isinstance(shapes[0], DynamicTree):
+        raise SpecdecError("--calibrate takes one dynamic tree, dynamic:D,K,B (depth, top_k, budget), not "
+                           + " ".join(map(shape_key, shapes)) + ".")
+    if not prompt_ids:
+        raise SpecdecError(f"--calibrate needs {args.task} prompts beyond the bench's {args.prompts}: lower --prompts.")
+    counts = calibrate_temperature(pair.target, load_drafter(pair, args.drafter), prompt_ids, shapes[0],
+                                   args.temperatures, args.max_new_tokens)
+    return {"shape": shape_key(shapes[0]), "prompts": len(prompt_ids), "tokens_per_target_forward": counts,
+            "best_temperature": max(counts, key=counts.get)}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m specdec_lib.bench.trees", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -250,32 +281,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                                **({"calibration": calibration} if calibration else {})})
         print(f"wrote {args.json}")
     return 0
-
-
-def parse_temperatures(text: str) -> list[float]:
-    """``"1,0.5,0.3"`` -> [1.0, 0.5, 0.3]; each must be a positive number."""
-    try:
-        values = [float(part) for part in text.split(",")]
-    except ValueError:
-        values = []
-    if not values or not all(0 < value < float("inf") for value in values):
-        raise argparse.ArgumentTypeError(f"{text!r}: give positive temperatures separated by commas, e.g. 1,0.5,0.3")
-    return values
-
-
-def calibrate(pair, prompt_ids: Sequence[torch.Tensor], args: argparse.Namespace) -> dict:
-    """Run `calibrate_temperature` for ``args.calibrate``'s one dynamic tree with ``args``' drafter, length and
-    temperatures; the record the JSON stores."""
-    shapes = args.calibrate
-    if len(shapes) != 1 or not isinstance(shapes[0], DynamicTree):
-        raise SpecdecError("--calibrate takes one dynamic tree, dynamic:D,K,B (depth, top_k, budget), not "
-                           + " ".join(map(shape_key, shapes)) + ".")
-    if not prompt_ids:
-        raise SpecdecError(f"--calibrate needs {args.task} prompts beyond the bench's {args.prompts}: lower --prompts.")
-    drafter = load_eagle(pair.target) if args.drafter == "eagle" else DraftModelDrafter.for_pair(pair)
-    counts = calibrate_temperature(pair.target, drafter, prompt_ids, shapes[0], args.temperatures, args.max_new_tokens)
-    return {"shape": shape_key(shapes[0]), "prompts": len(prompt_ids), "tokens_per_target_forward": counts,
-            "best_temperature": max(counts, key=counts.get)}
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -268,11 +268,24 @@ def ancestor_matrix(parents: Sequence[int]) -> torch.Tensor:
     check_parents(parents)
     n = len(parents)
     m = torch.zeros(n + 1, n + 1, dtype=torch.bool)
-    m[:, 0] = True
-    for i, parent in enumerate(parents):
-        m[i + 1] = m[parent + 1]  # the parent's row (the root's when parent = -1) ...
-        m[i + 1, i + 1] = True  # ... plus the node itself
+    m[:, 0] = True  # every row sees the root
+    rows, columns = _ancestry(parents)
+    m[rows, columns] = True
     return m
+
+
+def _ancestry(parents: Sequence[int], first: int = 0) -> tuple[list[int], list[int]]:
+    """The True entries of `ancestor_matrix`'s rows ``first .. N`` below the root's column, as ``(rows, columns)``
+    (row r: tree position ``first + r``; column c: tree position c >= 1): each node and its ancestors, found by
+    walking up the parents, so a drafter that feeds a few new nodes builds their rows alone."""
+    rows, columns = [], []
+    for row, position in enumerate(range(first, len(parents) + 1)):
+        node = position - 1
+        while node >= 0:
+            rows.append(row)
+            columns.append(1 + node)
+            node = parents[node]
+    return rows, columns
 
 
 def tree_attention_mask(parents: Sequence[int], root_position: int, first: int = 0, *,
@@ -288,18 +301,11 @@ def tree_attention_mask(parents: Sequence[int], root_position: int, first: int =
     """
     check_parents(parents)
     count = len(parents)
-    rows, columns = [], []  # the (row, column) of every node-to-ancestor-or-itself entry: `ancestor_matrix`'s
-    for row, position in enumerate(range(first, count + 1)):  # rows, built for the new nodes alone
-        node = position - 1
-        while node >= 0:
-            rows.append(row)
-            columns.append(root_position + 1 + node)
-            node = parents[node]
     mask = torch.full((count + 1 - first, root_position + count + 1), torch.finfo(dtype).min, dtype=dtype,
                       device=device)
     mask[:, : root_position + 1] = 0  # the committed prefix and the root
-    index = torch.tensor([rows, columns], dtype=torch.long, device=device)  # [2, entries]
-    mask[index[0], index[1]] = 0
+    index = torch.tensor(_ancestry(parents, first), dtype=torch.long, device=device)  # [2, entries]
+    mask[index[0], root_position + index[1]] = 0  # each row's ancestors and itself
     return mask.view(1, 1, *mask.shape)
 
 

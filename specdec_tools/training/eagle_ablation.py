@@ -184,14 +184,14 @@ def main(argv: list[str] | None = None) -> None:
     if args.scaling:
         sizes = (QUICK.train_windows // 2, QUICK.train_windows) if args.quick else SCALING_WINDOWS
         result = run_scaling(args.shipped, args.target, sizes, quick=args.quick)
-        result["total_seconds"] = round(time.perf_counter() - started, 1)
-        _write(args.out.parent / SCALING_FILE, result,
-               {f"{point['train_windows']} windows, {name}": run for point in result["points"]
-                for name, run in point["runs"].items()})
-        return
-    result = run_ablation(QUICK if args.quick else ABLATION_SPEC, args.target, FUSED_LAYERS, TEST_STEPS)
+        path = args.out.parent / SCALING_FILE
+        runs = {f"{point['train_windows']} windows, {name}": run
+                for point in result["points"] for name, run in point["runs"].items()}
+    else:
+        result = run_ablation(QUICK if args.quick else ABLATION_SPEC, args.target, FUSED_LAYERS, TEST_STEPS)
+        path, runs = args.out, result["runs"]
     result["total_seconds"] = round(time.perf_counter() - started, 1)
-    _write(args.out, result, result["runs"])
+    _write(path, result, runs)
 
 
 def _write(path: Path, result: dict, runs: dict[str, dict]) -> None:
