@@ -108,8 +108,9 @@ MUTANTS = [
            "block verification draws the token after tau kept drafts from max(p - q, 0), without the prefix weight w",
            ("tests/test_verify_block.py",)),
     Mutant("tree-mask-sees-sibling", "specdec_lib/core/trees.py",
-           "m[i + 1] = m[parent + 1]  # the parent's row", "m[i + 1] = m[i]  # the parent's row",
-           "a tree node attends to the node listed before it (often its sibling) instead of its parent's ancestry",
+           "node = parents[node]", "node = node - 1",
+           "a tree node attends to every node listed before it (siblings and their subtrees too, as in a chain) "
+           "instead of its ancestors alone",
            ("tests/test_trees.py",)),
     Mutant("tree-compaction-wrong-path", "specdec_lib/core/run.py",
            'self.path_slots = (start, [start + node for node in paths[0]])',
