@@ -901,18 +901,28 @@ def test_the_benchmark_pages_tables_are_generated_from_the_bench_json_they_name(
 
 
 def test_the_tree_bench_puts_every_shape_next_to_its_chain_and_the_baseline(pair):
-    from specdec_lib.bench.trees import budget_choices, format_rows, parse_shapes, tree_rows
+    from specdec_lib.bench.trees import budget_choices, format_rows, headline, parse_shapes, tree_rows
 
     shapes = parse_shapes("1,1 2,1 2,2,1 dynamic:3,2,4 dynamic:3,2,6")
     rows = tree_rows(pair, PROMPTS, shapes, gammas=(2, 3), drafter="draft-model", max_new_tokens=8, repeats=1,
-                     progress=False)
+                     transformers=(3,), progress=False)
     assert [row["method"] for row in rows] == ["autoregressive", "speculative[gamma=2]", "speculative[gamma=3]",
                                                "tree[1,1]", "tree[2,1]", "tree[2,2,1]",
-                                               "dynamic[depth=3,top_k=2,budget=4]", "dynamic[depth=3,top_k=2,budget=6]"]
-    assert [row["nodes"] for row in rows] == [0, 2, 3, 2, 4, 10, 4, 6]
+                                               "dynamic[depth=3,top_k=2,budget=4]", "dynamic[depth=3,top_k=2,budget=6]",
+                                               "hf-assisted[gamma=3]"]
+    assert [row["nodes"] for row in rows] == [0, 2, 3, 2, 4, 10, 4, 6, 3]
     assert all(row["identical"] for row in rows)  # greedy: every row emits the baseline's tokens
     assert rows[0]["speedup"] == 1.0 and rows[0]["tokens_per_target_forward"] == 1.0
-    assert rows[0]["draft_cost"] is None and all(row["draft_cost"] > 0 for row in rows[1:])
+    assert rows[0]["draft_cost"] is None and all(row["draft_cost"] > 0 for row in rows[1:-1])
+    assert rows[-1]["draft_cost"] is None  # transformers' run leaves no trace to time its drafting from
+    # transformers' assisted generation with the same draft model at gamma 3 runs the chain's rounds (its forward
+    # counts, against our trace)
+    assert rows[-1]["tokens_per_target_forward"] == pytest.approx(rows[2]["tokens_per_target_forward"])
+    top = headline(rows)
+    ours = max(rows[1:-1], key=lambda row: row["speedup"])
+    assert top["fastest"] == ours["method"] and top["transformers_fastest"] == "hf-assisted[gamma=3]"
+    assert top["over_transformers"] == pytest.approx(ours["speedup"] / rows[-1]["speedup"])
+    assert headline(rows[:-1])["over_transformers"] is None  # no transformers rows: no ratio
     assert all(row["tokens_per_target_forward"] >= 1.0 and row["verify_cost"] > 0 for row in rows)
     # the chain-shaped tree and the chain of the same depth run the same rounds
     assert rows[3]["tokens_per_target_forward"] == pytest.approx(rows[1]["tokens_per_target_forward"])

@@ -10,6 +10,11 @@ model. Greedy, so every row must emit the baseline's tokens (``identical``). A t
 forward outgrow the extra cost of verifying its nodes; for each depth and top-k of the dynamic trees, the budget
 `specdec_lib.core.theory.best_budget` picks from the measured v(n) is printed beside the fastest one measured.
 
+transformers has no token trees; its fastest lossless option on these models is assisted generation with the draft
+model (``hf-assisted``, `specdec_lib.bench.hf.HFAssisted`), timed in the same run at each of ``--transformers``'
+draft lengths, so the ``headline`` (the fastest row of ours, over the fastest of transformers') is measured side by
+side, not across files.
+
 ``--calibrate dynamic:D,K,B`` first fits the temperature of `DynamicTree(D, K, B)`: the tokens per target forward
 it gets at each of ``--temperatures``, counted (not timed) on the ``--prompts`` prompts that follow the bench's, so
 the fit never sees the prompts it is judged on.
@@ -39,6 +44,7 @@ from .model_measures import interleaved_forward_costs
 from ..decoders import tree_speculative_generate
 from ..core.trees import DynamicTree, TreeShape
 from .cli import machine_info, parse_gammas, write_json
+from .hf import HFAssisted
 from .methods import Autoregressive, GenerationSpec, Method, Speculative, resolve_eos
 from .protocol import measure
 from .report import baseline_forward_seconds, build_report
@@ -46,6 +52,7 @@ from .report import baseline_forward_seconds, build_report
 DEFAULT_SHAPES = ("2,1,1,1,1,1 2,2,1,1,1,1 dynamic:7,4,16 dynamic:10,2,16 dynamic:10,2,8,0.3 dynamic:10,2,12,0.3 "
                   "dynamic:10,2,16,0.3 dynamic:10,2,24,0.3")
 DEFAULT_GAMMAS = "5,7,9,12"
+DEFAULT_TRANSFORMERS_GAMMAS = "5,7"  # the draft lengths at which transformers' assisted generation is fastest here
 DRAFTERS = ("eagle", "draft-model")
 DEFAULT_TEMPERATURES = "1,0.5,0.3,0.2,0.1"
 
@@ -116,15 +123,18 @@ def _draft_cost(method_runs, forward_seconds: float | None) -> float | None:
 
 def tree_rows(pair, prompt_ids: Sequence[torch.Tensor], shapes: Sequence[TreeShape | DynamicTree], *,
               gammas: Sequence[int], drafter: str = "eagle", max_new_tokens: int, repeats: int,
-              progress: bool = True) -> list[dict]:
-    """Measure the baseline, a chain per gamma and every shape with one drafter; one dict per row (module
-    docstring)."""
-    spec = GenerationSpec(max_new_tokens, resolve_eos(pair))
+              transformers: Sequence[int] = (), progress: bool = True) -> list[dict]:
+    """Measure the baseline, a chain per gamma and every shape with one drafter, then transformers' assisted
+    generation with the pair's draft model at each of ``transformers``' draft lengths; one dict per row (module
+    docstring; a transformers row has no trace, so no drafting cost)."""
+    spec = GenerationSpec(max_new_tokens, resolve_eos(pair), pair.target_tokenizer.pad_token_id)
     one = load_drafter(pair, drafter)  # chains and trees
     methods: list[Method] = [Autoregressive(pair.target, spec)]
     methods += [Speculative(pair.target, one, gamma, spec) for gamma in gammas]
     methods += [TreeSpeculative(pair.target, one, shape, spec) for shape in shapes]
-    measurements = measure(methods, prompt_ids, repeats=repeats, device=pair.target.device, progress=progress)
+    methods += [HFAssisted(pair.target, pair.draft, gamma, spec) for gamma in transformers]
+    measurements = measure(methods, prompt_ids, repeats=repeats, device=pair.target.device, progress=progress,
+                           count_models={"target": pair.target, "draft": pair.draft})
     context = prompt_ids[0][:, :64]
     nodes_of = [method.shape.size if isinstance(method, TreeSpeculative) else method.gamma or 0 for method in methods]
     # what verifying each tree or chain costs: a target forward over its nodes + 1 positions, over one position
@@ -141,6 +151,18 @@ def tree_rows(pair, prompt_ids: Sequence[torch.Tensor], shapes: Sequence[TreeSha
                                          "speedup", "identical")},
         })
     return rows
+
+
+def headline(rows: Sequence[dict]) -> dict:
+    """The fastest row of ours (chain or tree) and, where the run timed transformers (``hf-`` rows), the fastest
+    of transformers' and the ratio of the two speed-ups (both over the same baseline, in the same run)."""
+    ours = max((row for row in rows[1:] if not row["method"].startswith("hf-")), key=lambda row: row["speedup"])
+    theirs = [row for row in rows if row["method"].startswith("hf-")]
+    best_theirs = max(theirs, key=lambda row: row["speedup"]) if theirs else None
+    return {"fastest": ours["method"], "speedup": ours["speedup"],
+            "transformers_fastest": best_theirs and best_theirs["method"],
+            "transformers_speedup": best_theirs and best_theirs["speedup"],
+            "over_transformers": best_theirs and ours["speedup"] / best_theirs["speedup"]}
 
 
 def budget_choices(shapes: Sequence[TreeShape | DynamicTree], rows: Sequence[dict]) -> list[dict]:
@@ -230,6 +252,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--gammas", type=parse_gammas, default=parse_gammas(DEFAULT_GAMMAS),
                         help=f"chain lengths to compare with (default: {DEFAULT_GAMMAS})")
     parser.add_argument("--drafter", choices=DRAFTERS, default="eagle", help="who drafts chains and trees")
+    parser.add_argument("--transformers", type=parse_gammas, default=parse_gammas(DEFAULT_TRANSFORMERS_GAMMAS),
+                        help="draft lengths of transformers' assisted generation, timed in the same run (default: "
+                             f"{DEFAULT_TRANSFORMERS_GAMMAS})")
+    parser.add_argument("--no-transformers", action="store_true", help="time no transformers rows")
     parser.add_argument("--task", choices=TASKS, default="code")
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--max-new-tokens", type=int, default=64)
@@ -254,12 +280,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         calibration = calibrate(pair, prompt_ids[args.prompts :], args)
         prompt_ids = prompt_ids[: args.prompts]
     rows = tree_rows(pair, prompt_ids, args.shapes, gammas=args.gammas, drafter=args.drafter,
-                     max_new_tokens=args.max_new_tokens, repeats=args.repeats, progress=not args.no_progress)
+                     max_new_tokens=args.max_new_tokens, repeats=args.repeats,
+                     transformers=() if args.no_transformers else args.transformers, progress=not args.no_progress)
     choices = budget_choices(args.shapes, rows)
+    top = headline(rows)
     machine = machine_info(device)
     settings = {"task": args.task, "prompts": args.prompts, "max_new_tokens": args.max_new_tokens,
                 "repeats": args.repeats, "drafter": args.drafter, "gammas": list(args.gammas),
-                "shapes": [shape_key(s) for s in args.shapes], "decoding": "greedy"}
+                "shapes": [shape_key(s) for s in args.shapes], "decoding": "greedy",
+                "transformers": [] if args.no_transformers else list(args.transformers)}
     print(format_rows(rows))
     if calibration:
         print(f"calibration of {calibration['shape']} on {calibration['prompts']} other {args.task} prompts, "
@@ -270,6 +299,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"dynamic trees of depth {choice['depth']}, top_k {choice['top_k']}, temperature "
               f"{choice['temperature']:g}: the budget v(n) picks "
               f"(best_budget) is {choice['chosen_budget']}; the fastest measured, {choice['fastest_budget']}")
+    print(f"fastest: {top['fastest']}, {top['speedup']:.2f}x the target alone" + (
+        "" if top["transformers_fastest"] is None else
+        f"; transformers' fastest, {top['transformers_fastest']}, {top['transformers_speedup']:.2f}x; ours over "
+        f"transformers' {top['over_transformers']:.2f}x"))
     print(f"\nmachine: {machine['device']}, {machine['cpu_count']} CPUs, torch {machine['torch']} "
           f"({machine['torch_threads']} threads); {args.prompts} {args.task} prompts x {args.max_new_tokens} tokens, "
           f"{args.repeats} timed repeats after a warm-up, greedy, drafter: {args.drafter}")
@@ -277,7 +310,8 @@ def main(argv: Sequence[str] | None = None) -> int:
           "context); draft cost: a round's median drafting time / the baseline's median forward; speed-up: median "
           "over repeats of the baseline's seconds / the row's, same prompts")
     if args.json is not None:
-        write_json(args.json, {"settings": settings, "machine": machine, "rows": rows, "budget_choices": choices,
+        write_json(args.json, {"settings": settings, "machine": machine, "rows": rows, "headline": top,
+                               "budget_choices": choices,
                                **({"calibration": calibration} if calibration else {})})
         print(f"wrote {args.json}")
     return 0
