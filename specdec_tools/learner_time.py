@@ -72,7 +72,6 @@ REVIEWED_MINUTES = {"05": (100, 120), "06": (120, 150), "07": (80, 100)}
 #: `REVIEWED_CONTENT` is what `read_notebook_at` counts there.
 REVIEWED_AT = "985e9cf"
 
-MARKER = "learner-time"
 BLOCK = re.compile(r"(<!-- learner-time: [^>]*-->)\n?(.*?)\n?(<!-- /learner-time -->)", re.S)
 
 WORD = re.compile(r"[^\W\d_][\w'’-]*")

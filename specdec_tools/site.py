@@ -93,19 +93,6 @@ def site_name(page: Path, course_dir: Path = COURSE_DIR, docs_dir: Path | None =
     return page.relative_to(course_dir).with_suffix("").as_posix()
 
 
-def page_title(path: Path) -> str:
-    """The first markdown heading of a notebook or markdown file (the file's name without one)."""
-    if path.suffix == ".ipynb":
-        import nbformat
-
-        cells = nbformat.read(path, as_version=4).cells
-        text = "\n".join(cell.source for cell in cells if cell.cell_type == "markdown")
-    else:
-        text = path.read_text(encoding="utf-8")
-    heading = re.search(r"^#{1,6}\s+(.+?)\s*#*\s*$", text, flags=re.M)
-    return heading.group(1) if heading else path.stem
-
-
 def index_markdown(pages: Sequence[Path], course_dir: Path = COURSE_DIR, docs_dir: Path | None = DOCS_DIR) -> str:
     """The site's front page: one toctree per part (notebooks, reference pages, guide, solutions), captions as
     headings."""
