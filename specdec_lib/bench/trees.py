@@ -52,7 +52,7 @@ from .report import baseline_forward_seconds, build_report
 DEFAULT_SHAPES = ("2,1,1,1,1,1 2,2,1,1,1,1 dynamic:7,4,16 dynamic:10,2,16 dynamic:10,2,8,0.3 dynamic:10,2,12,0.3 "
                   "dynamic:10,2,16,0.3 dynamic:10,2,24,0.3")
 DEFAULT_GAMMAS = "5,7,9,12"
-DEFAULT_TRANSFORMERS_GAMMAS = "5,7"  # the draft lengths at which transformers' assisted generation is fastest here
+DEFAULT_TRANSFORMERS_GAMMAS = "5,7"  # where the drafters bench finds transformers' assisted generation fastest on code
 DRAFTERS = ("eagle", "draft-model")
 DEFAULT_TEMPERATURES = "1,0.5,0.3,0.2,0.1"
 
