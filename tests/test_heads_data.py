@@ -123,6 +123,27 @@ def test_the_control_trains_eagle1_on_the_shipped_recipe(tmp_path):
     assert 0 <= result["control"]["alpha"] <= 1 and result["control_total_seconds"] > 0
 
 
+def test_the_published_loss_control_keeps_the_shipped_design_and_drops_the_feature_regression(tmp_path):
+    from specdec_tools.training import eagle_ablation
+
+    eagle_ablation.main(["--control", "--published-loss", "--quick", "--out", str(tmp_path / "ablation.json")])
+    assert not (tmp_path / eagle_ablation.CONTROL_FILE).exists()  # the EAGLE-1 control's file is another run's
+    result = json.loads((tmp_path / eagle_ablation.PUBLISHED_CONTROL_FILE).read_text())
+    assert result["control"]["feature_layers"] == list(eagle_ablation.FUSED_LAYERS)
+    assert result["control"]["test_steps"] == eagle_ablation.TEST_STEPS
+    assert result["control_spec"]["eagle_regression_weight"] == 0
+    shipped = json.loads((data_dir() / "models" / "eagle3" / "training_report.json").read_text())
+    assert result["shipped"] == eagle_ablation.summarise(shipped)
+
+
+def test_the_published_loss_names_which_control_to_train(capsys):
+    from specdec_tools.training import eagle_ablation
+
+    with pytest.raises(SystemExit) as exit_info:
+        eagle_ablation.main(["--published-loss", "--quick"])
+    assert exit_info.value.code == 2 and "--published-loss goes with --control" in capsys.readouterr().err
+
+
 def test_a_report_gives_back_the_spec_and_command_it_was_trained_with():
     from specdec_tools.training import eagle_ablation
 
@@ -144,3 +165,16 @@ def test_the_stored_control_matches_the_shipped_eagle3():
     recipe = replace(eagle_ablation.spec_of(shipped), eagle_feature_layers=(-1,), eagle_test_steps=1)
     assert stored["control_spec"] == json.loads(json.dumps(asdict(recipe)))
     assert stored["control"]["feature_layers"] == [-1] and stored["control"]["test_steps"] == 1
+
+
+def test_the_stored_published_loss_control_is_the_shipped_recipe_without_feature_regression():
+    """Notebook 05 reads it as eagle3 with one change, the loss: retraining eagle3 means re-running it."""
+    from dataclasses import asdict
+
+    from specdec_tools.training import eagle_ablation
+
+    stored = json.loads((data_dir() / "models" / eagle_ablation.PUBLISHED_CONTROL_FILE).read_text())
+    shipped = json.loads((data_dir() / "models" / "eagle3" / "training_report.json").read_text())
+    assert stored["shipped"] == eagle_ablation.summarise(shipped)
+    recipe = replace(eagle_ablation.spec_of(shipped), eagle_regression_weight=0.0)
+    assert stored["control_spec"] == json.loads(json.dumps(asdict(recipe)))

@@ -22,7 +22,9 @@ The run costs one feature pass and four EAGLE trainings, two of them with three 
 layer (``data/models/eagle3``) was trained longer, on more and other data. To tell what its design buys from what
 its budget buys, ``--control`` trains an EAGLE-1 layer (last layer, one step) with everything else of the shipped
 layer's recipe (read from its report: data, steps, loss) and writes both layers' numbers side by side to
-``data/models/eagle3_control.json``.
+``data/models/eagle3_control.json``. ``--control --published-loss`` trains the other control: the shipped layer's
+whole recipe with EAGLE-3's published loss (tokens only, no feature regression), written to
+``data/models/eagle3_published_loss.json`` in the same shape.
 
 **The scaling curve** (``--scaling``): EAGLE-3's central claim is that its acceptance keeps growing with training
 data where EAGLE-1's saturates. ``--scaling`` trains the designs of `SCALING_DESIGNS` (EAGLE-1; EAGLE-3 with this
@@ -51,6 +53,7 @@ from .heads import EAGLE_KIND, FULL, QUICK, REPORT_FILE, HeadsSpec, train_heads
 
 ABLATION_FILE = "eagle_ablation.json"
 CONTROL_FILE = "eagle3_control.json"
+PUBLISHED_CONTROL_FILE = "eagle3_published_loss.json"
 SCALING_FILE = "eagle_scaling.json"
 SCALING_WINDOWS = (384, 768, 1536, 3072)  # training windows per point (the largest: the shipped layers' data)
 SCALING_EPOCHS = 3  # passes over a point's windows: optimiser steps = W x epochs / windows per step
@@ -104,13 +107,19 @@ def spec_of(report: dict) -> HeadsSpec:
     return HeadsSpec(**{k: tuple(v) if isinstance(v, list) else v for k, v in report["spec"].items()})
 
 
-def run_control(shipped_folder: Path, target_folder: Path, quick: bool = False) -> dict:
-    """Train the EAGLE-1 control of the layer in ``shipped_folder`` (module docstring: last layer, one step, the
-    rest of its recipe; ``quick``: `QUICK`'s budget with the control's layers and steps) and put both layers'
-    numbers side by side."""
+def run_control(shipped_folder: Path, target_folder: Path, quick: bool = False, *,
+                published_loss: bool = False) -> dict:
+    """Train a control of the layer in ``shipped_folder`` and put both layers' numbers side by side (module
+    docstring): the EAGLE-1 control (last layer, one step, the rest of its recipe) or, with ``published_loss``, its
+    own design with no feature regression (``eagle_regression_weight`` 0). ``quick``: `QUICK`'s budget with the
+    control's layers, steps and loss."""
     shipped = json.loads((Path(shipped_folder) / REPORT_FILE).read_text())
     recipe = replace(QUICK, eagle_gammas=(ABLATION_GAMMA,)) if quick else spec_of(shipped)
-    control = replace(recipe, kinds=(EAGLE_KIND,), eagle_feature_layers=(-1,), eagle_test_steps=1)
+    if published_loss:
+        control = replace(recipe, kinds=(EAGLE_KIND,), eagle_regression_weight=0.0,
+                          **({"eagle_feature_layers": FUSED_LAYERS, "eagle_test_steps": TEST_STEPS} if quick else {}))
+    else:
+        control = replace(recipe, kinds=(EAGLE_KIND,), eagle_feature_layers=(-1,), eagle_test_steps=1)
     with tempfile.TemporaryDirectory() as work:
         report = train_heads(control, Path(work), target_folder)[EAGLE_KIND]
     return {"gamma": ABLATION_GAMMA, "shipped_folder": Path(shipped_folder).name, "control_spec": asdict(control),
@@ -170,15 +179,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--control", action="store_true",
                         help=f"train the EAGLE-1 control of the shipped EAGLE-3 layer instead (writes {CONTROL_FILE} "
                              "beside --out's folder)")
+    parser.add_argument("--published-loss", action="store_true",
+                        help="with --control: the control is the shipped layer with EAGLE-3's published loss (no "
+                             f"feature regression) instead (writes {PUBLISHED_CONTROL_FILE})")
     parser.add_argument("--scaling", action="store_true",
                         help=f"train the scaling curve instead (writes {SCALING_FILE} beside --out's folder)")
     parser.add_argument("--shipped", type=Path, default=REPO_DATA_DIR / "models" / "eagle3",
                         help="with --control or --scaling: the layer whose recipe they copy "
                              "(default: data/models/eagle3)")
     args = parser.parse_args(argv)
+    if args.published_loss and not args.control:
+        parser.error("--published-loss goes with --control (it names which control to train)")
     if args.control:
-        result = run_control(args.shipped, args.target, args.quick)
-        _write(args.out.parent / CONTROL_FILE, result, {name: result[name] for name in ("shipped", "control")})
+        result = run_control(args.shipped, args.target, args.quick, published_loss=args.published_loss)
+        _write(args.out.parent / (PUBLISHED_CONTROL_FILE if args.published_loss else CONTROL_FILE), result,
+               {name: result[name] for name in ("shipped", "control")})
         return
     started = time.perf_counter()
     if args.scaling:
