@@ -110,16 +110,18 @@ def spec_of(report: dict) -> HeadsSpec:
 def run_control(shipped_folder: Path, target_folder: Path, quick: bool = False, *,
                 published_loss: bool = False) -> dict:
     """Train a control of the layer in ``shipped_folder`` and put both layers' numbers side by side (module
-    docstring): the EAGLE-1 control (last layer, one step, the rest of its recipe) or, with ``published_loss``, its
-    own design with no feature regression (``eagle_regression_weight`` 0). ``quick``: `QUICK`'s budget with the
-    control's layers, steps and loss."""
+    docstring): the EAGLE-1 control (last layer, one step, the rest of its recipe) or, with ``published_loss``, the
+    shipped layer's own design (its feature layers and unrolled steps) with no feature regression
+    (``eagle_regression_weight`` 0). ``quick``: `QUICK`'s budget with the control's design."""
     shipped = json.loads((Path(shipped_folder) / REPORT_FILE).read_text())
-    recipe = replace(QUICK, eagle_gammas=(ABLATION_GAMMA,)) if quick else spec_of(shipped)
+    shipped_spec = spec_of(shipped)
+    recipe = replace(QUICK, eagle_gammas=(ABLATION_GAMMA,)) if quick else shipped_spec
     if published_loss:
-        control = replace(recipe, kinds=(EAGLE_KIND,), eagle_regression_weight=0.0,
-                          **({"eagle_feature_layers": FUSED_LAYERS, "eagle_test_steps": TEST_STEPS} if quick else {}))
+        design = {"eagle_feature_layers": shipped_spec.eagle_feature_layers,
+                  "eagle_test_steps": shipped_spec.eagle_test_steps, "eagle_regression_weight": 0.0}
     else:
-        control = replace(recipe, kinds=(EAGLE_KIND,), eagle_feature_layers=(-1,), eagle_test_steps=1)
+        design = {"eagle_feature_layers": (-1,), "eagle_test_steps": 1}
+    control = replace(recipe, kinds=(EAGLE_KIND,), **design)
     with tempfile.TemporaryDirectory() as work:
         report = train_heads(control, Path(work), target_folder)[EAGLE_KIND]
     return {"gamma": ABLATION_GAMMA, "shipped_folder": Path(shipped_folder).name, "control_spec": asdict(control),
