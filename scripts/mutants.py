@@ -112,6 +112,12 @@ MUTANTS = [
            "a tree node attends to every node listed before it (siblings and their subtrees too, as in a chain) "
            "instead of its ancestors alone",
            ("tests/test_trees.py",)),
+    Mutant("dynamic-tree-prunes-a-keepable-node", "specdec_lib/core/trees.py",
+           "bar = sorted(scores, reverse=True)[shape.budget - 1]",
+           "bar = sorted(scores, reverse=True)[shape.budget // 2]",
+           "a dynamic tree stops expanding a node that scores above the budget's last candidate, so a node it "
+           "should keep is never grown",
+           ("tests/test_dynamic_trees.py",)),
     Mutant("tree-compaction-wrong-path", "specdec_lib/core/run.py",
            'self.path_slots = (start, [start + node for node in paths[0]])',
            'self.path_slots = (start, [start + i for i in range(len(paths[0]))])',

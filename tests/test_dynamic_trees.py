@@ -70,28 +70,58 @@ def test_a_static_shape_grows_its_tree_shape(branching):
     assert tree.fed == tuple(-1 if last else i for i, last in enumerate(deepest))  # all but the deepest, in order
 
 
+def grown_by_the_rules(depth: int, top_k: int, budget: int | None, temperature: float
+                       ) -> tuple[list[tuple[int, ...]], list[int]]:
+    """Every candidate path the dynamic rules grow, by brute force over paths, and how many nodes each expansion
+    feeds: the root's top_k, then the top_k children of each of the top_k best-scored nodes of every depth. With a
+    ``budget``, a node is expanded only while it scores above the budget-th best candidate so far (no descendant of
+    it could be kept), and growth stops when none is left; None grows every depth in full."""
+    level, candidates, expansions = [()], [], []
+    for d in range(1, depth + 1):
+        children = [parent + (token,) for parent in level
+                    for token in path_logits(parent).topk(top_k).indices.tolist()]
+        candidates += children
+        if d == depth:
+            break
+        level = sorted(children, key=lambda p: score(p, temperature), reverse=True)[:top_k]
+        if budget is not None and len(candidates) >= budget:
+            bar = sorted((score(p, temperature) for p in candidates), reverse=True)[budget - 1]
+            level = [p for p in level if score(p, temperature) > bar]
+            if not level:
+                break
+        expansions.append(len(level))
+    return candidates, expansions
+
+
 @pytest.mark.parametrize("depth, top_k, budget, temperature",
                          [(1, 3, 2, 1.0), (3, 2, 6, 1.0), (4, 3, 10, 1.0), (5, 4, 16, 1.0), (3, 3, 21, 1.0),
-                          (5, 3, 12, 0.3), (4, 2, 7, 2.0)])
+                          (5, 3, 12, 0.3), (4, 2, 7, 2.0), (8, 2, 3, 1.0), (10, 2, 16, 0.3)])
 def test_a_dynamic_tree_keeps_the_best_scored_candidates(depth, top_k, budget, temperature):
     shape = DynamicTree(depth, top_k, budget, temperature)
     tree, calls = grow(shape)
     grown = paths(tree)
     check_parents(tree.parents)
-    assert len(grown) == budget and len(set(grown)) == budget and tree.forwards == depth == 1 + len(calls)
+    assert len(grown) == budget and len(set(grown)) == budget
     assert max(node_depths(tree.parents)) <= depth
-    # every candidate the rules grow, by brute force: the root's top_k, then top_k children of the top_k best-scored
-    # nodes of each depth; the tree must be the budget best of them
-    level, candidates = [()], []
-    for d in range(1, depth + 1):
-        children = [parent + (token,) for parent in level
-                    for token in path_logits(parent).topk(top_k).indices.tolist()]
-        candidates += children
-        level = sorted(children, key=lambda p: score(p, temperature), reverse=True)[:top_k]
+    # the tree must be the budget best of every candidate the rules grow when every depth is grown in full: the
+    # expansions grow_tree skips could not have changed it
+    candidates, _ = grown_by_the_rules(depth, top_k, None, temperature)
     kept = sorted(candidates, key=lambda p: (-score(p, temperature), len(p)))[:budget]
     assert set(grown) == set(kept)
     assert all(path[:-1] in grown for path in grown if len(path) > 1)  # ancestors kept
-    assert len(calls) == depth - 1 and all(len(parents) - first + 1 == top_k for parents, first in calls)
+    _, expansions = grown_by_the_rules(depth, top_k, budget, temperature)
+    assert [len(parents) - first + 1 for parents, first in calls] == expansions
+    assert tree.forwards == 1 + len(calls) <= depth
+
+
+def test_a_dynamic_tree_stops_growing_when_no_deeper_node_could_be_kept():
+    """A small budget fills at the first depths; once the best node left to expand scores below the budget's last,
+    the drafter runs no more forwards, and the tree is the one full growth would have kept."""
+    shape = DynamicTree(depth=8, top_k=2, budget=3)
+    tree, calls = grow(shape)
+    assert tree.forwards < shape.depth and len(calls) == tree.forwards - 1
+    candidates, _ = grown_by_the_rules(8, 2, None, 1.0)
+    assert set(paths(tree)) == set(sorted(candidates, key=lambda p: (-score(p), len(p)))[:3])
 
 
 def test_a_dynamic_tree_with_one_child_is_the_greedy_chain():

@@ -110,8 +110,11 @@ class DynamicTree:
     - rerank: the ``budget`` best-scored nodes of all depths become the tree. A child never scores above its parent
       (log q <= 0) and sorts after it on a tie, so the kept nodes always include their ancestors.
 
-    The drafter runs ``depth`` forwards (the root's, then one per expanded depth), like a chain of ``depth`` drafts;
-    the target verifies ``budget + 1`` rows. ``DynamicTree(depth=k, top_k=1, budget=k)`` is the greedy chain of k.
+    The same fact prunes the growth without changing the tree: once ``budget`` nodes are grown, a node scoring no
+    more than the budget-th best has no descendant that could be kept (the budget-th best only rises), so it is not
+    expanded, and growth stops at the depth where no node is left to expand. The drafter runs at most ``depth``
+    forwards (the root's, then one per expanded depth), like a chain of ``depth`` drafts, fewer where its scores fall
+    fast; the target verifies ``budget + 1`` rows. ``DynamicTree(depth=k, top_k=1, budget=k)`` is the greedy chain of k.
     Choose the budget from the machine's verification cost curve v(n) (`best_budget`).
     """
 
@@ -193,8 +196,8 @@ def grow_tree(shape: "TreeShape | DynamicTree", root_logits: torch.Tensor, feed)
     feeding order: ``parents`` covers all of them so far (the new ones last; -1: the root) and ``first`` is the
     first new one's place in ``[root, fed_0, fed_1, ..]``, as `tree_attention_mask` takes them. A `TreeShape`
     expands every node of a depth into its ``branching[d]`` best children; a `DynamicTree` its ``top_k``
-    best-scored nodes into ``top_k`` children each, then keeps the ``budget`` best-scored nodes of all depths
-    (`DynamicTree`). Children are listed best first; the deepest depth is never fed.
+    best-scored nodes into ``top_k`` children each (none that could no longer be kept), then keeps the ``budget``
+    best-scored nodes of all depths (`DynamicTree`). Children are listed best first; the deepest depth is never fed.
     """
     dynamic = isinstance(shape, DynamicTree)
     temperature = shape.temperature if dynamic else 1.0
@@ -220,6 +223,11 @@ def grow_tree(shape: "TreeShape | DynamicTree", root_logits: torch.Tensor, feed)
         if depth == shape.depth:
             break
         expanding = sorted(level, key=lambda i: -scores[i])[: shape.top_k] if dynamic else level
+        if dynamic and len(tokens) >= shape.budget:  # only a node above the budget-th best can have kept descendants
+            bar = sorted(scores, reverse=True)[shape.budget - 1]
+            expanding = [node for node in expanding if scores[node] > bar]
+            if not expanding:
+                break
         expanding.sort()  # feeding order: grown order (breadth first)
         first = 1 + len(fed_parents)
         for node in expanding:
