@@ -50,7 +50,7 @@ from ..prompts import TASKS, encode_prompts, load_prompts
 from ..core.trace import mean_acceptance_length
 from .captions import describe_machine, format_value, machine_summary
 from .cli import load_cross_pair, machine_info, parse_gammas, write_json
-from .hf import HFAssisted, HFEarlyExit, HFPromptLookup
+from .hf import HFAssisted, HFEarlyExit, HFPromptLookup, fastest_against_transformers
 from .methods import Autoregressive, GenerationSpec, Method, Speculative, resolve_eos
 from .protocol import Measurements, measure
 from .report import build_report, pooled_trace
@@ -205,20 +205,13 @@ def describe_document(document: dict) -> str:
             f"{settings['max_new_tokens']} new tokens, {settings['repeats']} timed repeats, greedy")
 
 
-def is_transformers(row: dict) -> bool:
-    """Whether a bench row is transformers' ``generate`` (its names start with ``hf-``)."""
-    return row["method"].startswith("hf-")
-
-
 def headline(rows: Sequence[dict]) -> dict:
     """One task's fastest lossless decoder of ours and of transformers' (the drafting rows whose tokens equal the
     target's own), and how much faster ours is: the ratio of the two speed-ups over the same baseline in the same
     run."""
-    timed = [row for row in rows if row["gamma"] is not None and row["identical"]]
-    ours = max((row for row in timed if not is_transformers(row)), key=lambda row: row["speedup"])
-    theirs = max((row for row in timed if is_transformers(row)), key=lambda row: row["speedup"], default=None)
-    return {"ours": ours, "transformers": theirs,
-            "ratio": None if theirs is None else ours["speedup"] / theirs["speedup"]}
+    ours, theirs, ratio = fastest_against_transformers(
+        [row for row in rows if row["gamma"] is not None and row["identical"]])
+    return {"ours": ours, "transformers": theirs, "ratio": ratio}
 
 
 def _named(row: dict | None) -> str:

@@ -11,7 +11,7 @@ swapped in by reference around each call (`_swapped_generation_config`), so noth
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 import torch
@@ -266,3 +266,17 @@ class HFEarlyExit(HFGenerate):
 
     def _extra_kwargs(self) -> dict:
         return {"assistant_early_exit": self.exit_layer}
+
+
+def is_transformers(row: dict) -> bool:
+    """Whether a bench row is transformers' ``generate`` (its names start with ``hf-``)."""
+    return row["method"].startswith("hf-")
+
+
+def fastest_against_transformers(rows: Sequence[dict]) -> tuple[dict, dict | None, float | None]:
+    """``(ours, theirs, ours / theirs)`` among drafting ``rows`` (no baseline): the fastest of our rows, the fastest
+    of transformers' (None: the run timed none) and the ratio of their speed-ups, both over the same baseline in the
+    same run (None without transformers' rows)."""
+    ours = max((row for row in rows if not is_transformers(row)), key=lambda row: row["speedup"])
+    theirs = max((row for row in rows if is_transformers(row)), key=lambda row: row["speedup"], default=None)
+    return ours, theirs, None if theirs is None else ours["speedup"] / theirs["speedup"]

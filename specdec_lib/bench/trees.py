@@ -44,7 +44,7 @@ from .model_measures import interleaved_forward_costs
 from ..decoders import tree_speculative_generate
 from ..core.trees import DynamicTree, TreeShape
 from .cli import machine_info, parse_gammas, write_json
-from .hf import HFAssisted
+from .hf import HFAssisted, fastest_against_transformers
 from .methods import Autoregressive, GenerationSpec, Method, Speculative, resolve_eos
 from .protocol import measure
 from .report import baseline_forward_seconds, build_report
@@ -156,13 +156,10 @@ def tree_rows(pair, prompt_ids: Sequence[torch.Tensor], shapes: Sequence[TreeSha
 def headline(rows: Sequence[dict]) -> dict:
     """The fastest row of ours (chain or tree) and, where the run timed transformers (``hf-`` rows), the fastest
     of transformers' and the ratio of the two speed-ups (both over the same baseline, in the same run)."""
-    ours = max((row for row in rows[1:] if not row["method"].startswith("hf-")), key=lambda row: row["speedup"])
-    theirs = [row for row in rows if row["method"].startswith("hf-")]
-    best_theirs = max(theirs, key=lambda row: row["speedup"]) if theirs else None
+    ours, theirs, ratio = fastest_against_transformers(rows[1:])  # rows[0]: the baseline
     return {"fastest": ours["method"], "speedup": ours["speedup"],
-            "transformers_fastest": best_theirs and best_theirs["method"],
-            "transformers_speedup": best_theirs and best_theirs["speedup"],
-            "over_transformers": best_theirs and ours["speedup"] / best_theirs["speedup"]}
+            "transformers_fastest": None if theirs is None else theirs["method"],
+            "transformers_speedup": None if theirs is None else theirs["speedup"], "over_transformers": ratio}
 
 
 def budget_choices(shapes: Sequence[TreeShape | DynamicTree], rows: Sequence[dict]) -> list[dict]:
